@@ -1,0 +1,53 @@
+# kunlun-fleet developer and operator entry points. Everything runs from .venv (make setup).
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+N ?= 3
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+
+.PHONY: setup system-deps lint syntax test-fast test demo sim-up sim-down sim-status clean
+
+# The pinned controller toolchain (requirements.txt) and the project's CLI.
+setup: $(BIN)/kunlun-fleet
+$(BIN)/kunlun-fleet: requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements.txt
+	$(BIN)/pip install --quiet --no-deps -e .
+	touch $@
+
+# Debian packages the test suites use on this machine (root; apt).
+system-deps:
+	scripts/install-system-deps.sh
+
+lint: setup
+	$(BIN)/yamllint -s .
+	$(BIN)/ansible-lint
+	$(MAKE) --no-print-directory syntax
+
+syntax: setup
+	$(BIN)/ansible-playbook -i inventories/example --syntax-check site.yml
+	for p in playbooks/*.yml; do $(BIN)/ansible-playbook -i inventories/example --syntax-check $$p || exit 1; done
+
+# The fast tier: lint, unit tests, controller-side preflight tests. Run before every commit.
+test-fast: lint
+	$(BIN)/pytest -q -m "not integration and not sim and not molecule and not slow"
+
+# Everything: the fast tier, then the suites that need root, loop devices and the sim fleet.
+test: system-deps test-fast
+	$(BIN)/pytest -q -m "integration or sim or molecule or slow"; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
+
+# The demo: three sim hosts, then site.yml against them.
+demo: setup
+	$(BIN)/kunlun-fleet demo
+
+sim-up: setup
+	$(BIN)/kunlun-fleet sim-up $(N)
+sim-down: setup
+	$(BIN)/kunlun-fleet sim-down
+sim-status: setup
+	$(BIN)/kunlun-fleet sim-status
+
+clean:
+	rm -rf .cache .pytest_cache

@@ -1,0 +1,1 @@
+"""kunlun-fleet controller-side package (CLI, reports, simulated fleet tooling)."""

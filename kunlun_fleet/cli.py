@@ -1,0 +1,109 @@
+"""kunlun-fleet's command line: thin wrappers around the playbooks and the sim fleet.
+
+  kunlun-fleet deploy -i INVENTORY [ansible-playbook args]   site.yml
+  kunlun-fleet stage NAME -i INVENTORY [args]                playbooks/NAME.yml
+  kunlun-fleet bundle-check DIR                              verify an offline bundle
+  kunlun-fleet sim-up N | sim-down | sim-status | sim-reset HOST | demo
+"""
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _module_utils():
+    """The project's module_utils, importable by the controller as plain modules."""
+    path = str(ROOT / "module_utils")
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+
+def ansible_env():
+    """Environment for ansible commands run from the CLI: this checkout's ansible.cfg."""
+    return dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+
+
+def ansible_bin(name):
+    """The ansible command of the venv the CLI runs from (falls back to PATH)."""
+    candidate = Path(sys.executable).parent / name
+    return str(candidate) if candidate.exists() else name
+
+
+def run_playbook(playbook, args):
+    cmd = [ansible_bin("ansible-playbook"), str(ROOT / playbook)] + list(args)
+    os.chdir(ROOT)
+    os.execvpe(cmd[0], cmd, ansible_env())
+
+
+def cmd_deploy(ns, rest):
+    run_playbook("site.yml", rest)
+
+
+def cmd_stage(ns, rest):
+    playbook = Path("playbooks") / ("%s.yml" % ns.name)
+    if not (ROOT / playbook).exists():
+        stages = sorted(p.stem for p in (ROOT / "playbooks").glob("*.yml"))
+        sys.exit("no stage %r; stages: %s" % (ns.name, ", ".join(stages)))
+    run_playbook(playbook, rest)
+
+
+def cmd_bundle_check(ns, rest):
+    import yaml
+
+    _module_utils()
+    from bundle_manifest import check_bundle  # noqa: E402 (path set just above)
+
+    stack = yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text())
+    required = [stack["kunlun_stack_driver"]["artifact"]]
+    required += [c["artifact"] for c in stack["kunlun_stack_components"].values() if c.get("artifact")]
+    required += [stack["kunlun_stack_model"]["manifest"]]
+    if not ns.no_base_image:
+        required.append(stack["kunlun_stack_base_image_archive"])
+    problems = check_bundle(ns.bundle_dir, required, str(ROOT / ".cache/bundle-sums.json"))
+    for path, state, fix in problems:
+        print("BAD  %s: %s. Fix: %s" % (path, state, fix))
+    if problems:
+        sys.exit(1)
+    print("bundle %s: every file matches MANIFEST.sha256 and every pinned artifact is present" % ns.bundle_dir)
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="kunlun-fleet", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("deploy", help="run site.yml (extra arguments go to ansible-playbook)")
+    p.set_defaults(func=cmd_deploy)
+    p = sub.add_parser("stage", help="run one stage's playbook")
+    p.add_argument("name")
+    p.set_defaults(func=cmd_stage)
+    p = sub.add_parser("bundle-check", help="verify an offline bundle against its manifest and the pins")
+    p.add_argument("bundle_dir")
+    p.add_argument("--no-base-image", action="store_true",
+                   help="the base image comes from a registry, not from the bundle")
+    p.set_defaults(func=cmd_bundle_check)
+    try:
+        from kunlun_fleet.sim.cli import register
+    except ImportError:  # the sim tooling is optional for operators of real fleets
+        register = None
+    if register:
+        register(sub)
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
+    ns, rest = parser.parse_known_args(argv)
+    if rest and ns.command not in ("deploy", "stage"):
+        parser.error("unrecognized arguments: %s" % " ".join(rest))
+    return ns.func(ns, rest) if _takes_rest(ns.func) else ns.func(ns)
+
+
+def _takes_rest(func):
+    return func.__code__.co_argcount >= 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,289 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kunlun-fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: xpu_info
+short_description: Gather facts about the Kunlunxin P800 XPUs of a host
+description:
+  - Runs C(xpu-smi), C(xpu-smi -q) and C(xpu-smi -L), C(lspci -Dn) (when lspci is
+    installed) and C(lsmod) (or reads C(/proc/modules)), reads C(/proc/kunlun/version) and
+    C(/proc/xpu/devN/state) where the driver provides them, and lists the C(/dev/xpuN) and
+    C(/dev/xpuctrl) nodes.
+  - Returns what it found as C(ansible_facts). Changes nothing on the host.
+  - Works on a host without the driver; then C(xpu_device_count) is 0,
+    C(xpu_driver_version) is null and C(xpu_devices) is empty.
+version_added: "1.0.0"
+author: kunlun-fleet contributors
+options:
+  xpu_smi_path:
+    description:
+      - Path of the C(xpu-smi) binary.
+      - By default C(xpu-smi) is searched on C(PATH) and in C(/usr/local/bin); when it
+        is not found the host is reported as having no XPU software.
+      - When given, the file must exist and be executable.
+    type: path
+  dev_dir:
+    description: Directory holding the device nodes C(xpuN) and C(xpuctrl).
+    type: path
+    default: /dev
+  proc_dir:
+    description: Mount point of procfs (C(kunlun/version), C(xpu/devN/state), C(modules)).
+    type: path
+    default: /proc
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  facts:
+    support: full
+notes:
+  - A device whose table fields read C(ERR!), or whose C(/proc/xpu/devN/state) is not
+    C(RUNNING), has C(state=error).
+  - Card variant from the part number - C(B00100300110312) is C(VD) (needs the kunlun
+    module option C(KLreg_RegistryDwords)), C(B00100300110112) is C(VC).
+'''
+
+EXAMPLES = r'''
+- name: Gather XPU facts
+  xpu_info:
+
+- name: Require eight healthy XPUs
+  ansible.builtin.assert:
+    that:
+      - ansible_facts.xpu_device_count == 8
+      - ansible_facts.xpu_devices | selectattr('state', 'ne', 'ok') | list | length == 0
+      - ansible_facts.xpu_devices | rejectattr('node_present') | list | length == 0
+    fail_msg: "{{ inventory_hostname }}: expected 8 healthy XPUs with /dev nodes"
+
+- name: Use a non-standard xpu-smi
+  xpu_info:
+    xpu_smi_path: /opt/xre/bin/xpu-smi
+'''
+
+RETURN = r'''
+ansible_facts:
+  description: Facts about the host's XPUs.
+  returned: always
+  type: dict
+  contains:
+    xpu_smi_path:
+      description: The xpu-smi used, or null when none was found.
+      type: str
+      sample: /usr/local/bin/xpu-smi
+    xpu_smi_error:
+      description: Why xpu-smi gave no devices (its message and exit status), else null.
+      type: str
+      sample: "xpu-smi exited 9: No XPU device found"
+    xpu_driver_version:
+      description: Driver (XRE) version from xpu-smi, else from /proc/kunlun/version.
+      type: str
+      sample: 5.0.21.26
+    xpu_runtime_version:
+      description: XPU-RT version from xpu-smi (null when it prints N/A).
+      type: str
+      sample: 5.0.21
+    xpu_proc_driver_version:
+      description: The version in /proc/kunlun/version, null when the file is absent.
+      type: str
+    xpu_device_count:
+      description: Number of devices xpu-smi reports.
+      type: int
+      sample: 8
+    xpu_devices:
+      description: One entry per device xpu-smi reports.
+      type: list
+      elements: dict
+      sample:
+        - index: 0
+          name: P800 OAM
+          bus_id: "00000000:52:00.0"
+          memory_total_mib: 98304
+          part_number: B00100300110112
+          card_variant: VC
+          firmware_version: 1.0.2.14.1.54
+          node_present: true
+          state: ok
+          proc_state: null
+          err_fields: []
+          serial: 02K0A3A0010
+          uuid: XPU-7c15324f-f867-54f0-a54f-1854e1deb257
+          device_id: "0x36862057"
+    xpu_processes:
+      description: Processes using an XPU (from the xpu-smi table).
+      type: list
+      elements: dict
+      sample: [{xpu: 3, pid: 4242, type: C, name: python3, memory_mib: 1024}]
+    xpu_pci_functions:
+      description: Number of P800 PCI functions lspci shows (null without lspci).
+      type: int
+      sample: 8
+    xpu_pci_slots:
+      description: The PCI addresses of those functions.
+      type: list
+      elements: str
+    xpu_modules_loaded:
+      description: Which of kunlun and kunlun_peermem are loaded.
+      type: list
+      elements: str
+      sample: [kunlun, kunlun_peermem]
+    xpu_device_nodes:
+      description: The /dev/xpuN nodes present.
+      type: list
+      elements: str
+      sample: [/dev/xpu0, /dev/xpu1]
+    xpu_ctrl_node_present:
+      description: Whether /dev/xpuctrl exists.
+      type: bool
+    xpu_card_variants:
+      description: Sorted unique card variants (VC, VD) of the devices.
+      type: list
+      elements: str
+      sample: [VC]
+'''
+
+import os
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.xpu_smi import (
+    device_state,
+    kunlun_modules_loaded,
+    merge_devices,
+    parse_lspci,
+    parse_proc_version,
+    parse_query,
+    parse_list,
+    parse_table,
+)
+
+
+def read_text(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except (IOError, OSError):
+        return None
+
+
+def find_xpu_smi(module):
+    given = module.params['xpu_smi_path']
+    if given:
+        if not (os.path.isfile(given) and os.access(given, os.X_OK)):
+            module.fail_json(msg='xpu_smi_path %s is not an executable file: install the XRE '
+                                 'driver or point xpu_smi_path at its xpu-smi' % given)
+        return given
+    return module.get_bin_path('xpu-smi', required=False, opt_dirs=['/usr/local/bin'])
+
+
+def gather(module):
+    dev_dir = module.params['dev_dir']
+    proc_dir = module.params['proc_dir']
+    facts = {
+        'xpu_smi_path': None,
+        'xpu_smi_error': None,
+        'xpu_driver_version': None,
+        'xpu_runtime_version': None,
+        'xpu_proc_driver_version': None,
+        'xpu_device_count': 0,
+        'xpu_devices': [],
+        'xpu_processes': [],
+        'xpu_pci_functions': None,
+        'xpu_pci_slots': [],
+        'xpu_modules_loaded': [],
+        'xpu_device_nodes': [],
+        'xpu_ctrl_node_present': False,
+        'xpu_card_variants': [],
+    }
+
+    smi = find_xpu_smi(module)
+    facts['xpu_smi_path'] = smi
+    table = {'driver_version': None, 'runtime_version': None, 'devices': [], 'processes': []}
+    query = {'devices': []}
+    listing = []
+    if smi:
+        rc, out, err = module.run_command([smi])
+        if rc == 0:
+            table = parse_table(out)
+            rc_q, out_q, err_q = module.run_command([smi, '-q'])
+            if rc_q == 0:
+                query = parse_query(out_q)
+            rc_l, out_l, err_l = module.run_command([smi, '-L'])
+            if rc_l == 0:
+                listing = parse_list(out_l)
+        else:
+            message = (err or out or '').strip().splitlines()
+            facts['xpu_smi_error'] = 'xpu-smi exited %d: %s' % (
+                rc, message[0] if message else 'no output')
+
+    facts['xpu_driver_version'] = table['driver_version'] or query.get('driver_version')
+    facts['xpu_runtime_version'] = table['runtime_version'] or query.get('runtime_version')
+    proc_version = parse_proc_version(read_text(os.path.join(proc_dir, 'kunlun', 'version')))
+    facts['xpu_proc_driver_version'] = proc_version
+    if not facts['xpu_driver_version']:
+        facts['xpu_driver_version'] = proc_version
+
+    devices = merge_devices(table, query, listing)
+    for dev in devices:
+        node = os.path.join(dev_dir, 'xpu%d' % dev['index'])
+        dev['node_present'] = os.path.exists(node)
+        state, raw = device_state(
+            read_text(os.path.join(proc_dir, 'xpu', 'dev%d' % dev['index'], 'state')))
+        dev['proc_state'] = raw
+        if state == 'error':
+            dev['state'] = 'error'
+    facts['xpu_devices'] = devices
+    facts['xpu_device_count'] = len(devices)
+    facts['xpu_processes'] = table.get('processes', [])
+    facts['xpu_card_variants'] = sorted(set(d['card_variant'] for d in devices if d['card_variant']))
+
+    lspci = module.get_bin_path('lspci', required=False)
+    if lspci:
+        rc, out, err = module.run_command([lspci, '-Dn'])
+        if rc == 0:
+            functions = parse_lspci(out)
+            facts['xpu_pci_functions'] = len(functions)
+            facts['xpu_pci_slots'] = [f['slot'] for f in functions]
+
+    lsmod = module.get_bin_path('lsmod', required=False)
+    modules_text = None
+    if lsmod:
+        rc, out, err = module.run_command([lsmod])
+        if rc == 0:
+            modules_text = out
+    if modules_text is None:
+        modules_text = read_text(os.path.join(proc_dir, 'modules')) or ''
+    facts['xpu_modules_loaded'] = kunlun_modules_loaded(modules_text)
+
+    try:
+        names = os.listdir(dev_dir)
+    except (IOError, OSError):
+        names = []
+    nodes = sorted((n for n in names if re.match(r'^xpu\d+$', n)), key=lambda n: int(n[3:]))
+    facts['xpu_device_nodes'] = [os.path.join(dev_dir, n) for n in nodes]
+    facts['xpu_ctrl_node_present'] = os.path.exists(os.path.join(dev_dir, 'xpuctrl'))
+    return facts
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            xpu_smi_path=dict(type='path'),
+            dev_dir=dict(type='path', default='/dev'),
+            proc_dir=dict(type='path', default='/proc'),
+        ),
+        supports_check_mode=True,
+    )
+    facts = gather(module)
+    module.exit_json(changed=False, ansible_facts=facts)
+
+
+if __name__ == '__main__':
+    main()

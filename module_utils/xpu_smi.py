@@ -1,0 +1,475 @@
+# -*- coding: utf-8 -*-
+# Copyright: kunlun-fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Parsers for what a Kunlunxin P800 server says about its XPUs.
+
+Pure functions over the text of ``xpu-smi`` (table), ``xpu-smi -q``, ``xpu-smi -L``,
+``lspci -Dn``/``lspci -Dnn``, ``lsmod`` (or /proc/modules), ``/proc/kunlun/version``
+and ``/proc/xpu/devN/state``, plus version comparison helpers. Standard library only,
+Python 3.8+, no I/O: the callers (modules in library/) run the commands.
+
+Decisions written down here because the vendor does not document them:
+
+* A device "in error": xpu-smi (like nvidia-smi) prints ``ERR!`` in the table fields it
+  cannot read for that device. ``parse_table`` gives such a device ``state: "error"``
+  (and the list of ``err_fields``), every other device ``state: "ok"``. When the driver
+  exposes ``/proc/xpu/devN/state``, a value other than ``RUNNING`` also means "error"
+  (see ``device_state``); the caller combines both.
+* Firmware versions: ``xpu-smi -q`` prints ``ALL Version : 1.0.2.14.1.54``, six dotted
+  fields, while the support notes say "firmware 1.48 or newer". The last two fields of
+  the six-field form are the firmware release (``1.54``): that is what a floor such as
+  ``1.48`` is compared against. A firmware string with any other number of fields (for
+  example ``1.48`` or ``1.40.0.0``) is compared whole, as a dotted version. See
+  ``firmware_release`` and ``firmware_at_least``.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+import re
+
+__metaclass__ = type
+
+# Card variants by XPU part number (KUNLUN_FACTS: "VD" cards need the modprobe option).
+PART_NUMBER_VARIANTS = {
+    'B00100300110312': 'VD',
+    'B00100300110112': 'VC',
+}
+
+# PCI vendor ids seen for Kunlunxin, and the P800 device ids.
+KUNLUN_PCI_VENDORS = ('1d22', '2057')
+P800_PCI_DEVICES = ('3686', '3687', '3688', '3689')
+
+KUNLUN_MODULES = ('kunlun', 'kunlun_peermem')
+
+ERR = 'ERR!'
+
+_VERSION_RE = re.compile(r'\d+(?:\.\d+)+')
+
+
+# --------------------------------------------------------------------------- versions
+
+def version_tuple(version):
+    """'5.0.21.26' -> (5, 0, 21, 26). Non-numeric parts end the tuple.
+
+    Raises ValueError when ``version`` does not start with a number.
+    """
+    if version is None:
+        raise ValueError('no version given')
+    parts = []
+    for part in str(version).strip().split('.'):
+        m = re.match(r'\d+', part)
+        if not m:
+            break
+        parts.append(int(m.group(0)))
+        if m.group(0) != part:
+            break
+    if not parts:
+        raise ValueError('not a dotted version: %r' % (version,))
+    return tuple(parts)
+
+
+def compare_versions(a, b):
+    """-1, 0 or 1 as dotted version ``a`` is lower, equal or higher than ``b``.
+
+    Missing trailing fields count as 0 (``1.48 == 1.48.0``).
+    """
+    ta, tb = version_tuple(a), version_tuple(b)
+    width = max(len(ta), len(tb))
+    ta = ta + (0,) * (width - len(ta))
+    tb = tb + (0,) * (width - len(tb))
+    return (ta > tb) - (ta < tb)
+
+
+def version_at_least(version, floor):
+    """True when dotted ``version`` >= ``floor``; False when ``version`` is None/invalid."""
+    try:
+        return compare_versions(version, floor) >= 0
+    except ValueError:
+        return False
+
+
+def firmware_release(firmware):
+    """The part of an xpu-smi firmware string a "firmware X.Y" floor is compared with.
+
+    ``1.0.2.14.1.54`` (the six-field ``ALL Version``) -> ``1.54``; any other shape is
+    returned unchanged (``1.48`` -> ``1.48``, ``1.40.0.0`` -> ``1.40.0.0``).
+    """
+    if firmware is None:
+        return None
+    firmware = str(firmware).strip()
+    fields = firmware.split('.')
+    if len(fields) == 6 and all(f.isdigit() for f in fields):
+        return '.'.join(fields[4:])
+    return firmware
+
+
+def firmware_at_least(firmware, floor):
+    """True when the firmware release of ``firmware`` is >= ``floor`` (e.g. '1.48')."""
+    return version_at_least(firmware_release(firmware), firmware_release(floor))
+
+
+def card_variant(part_number):
+    """'VD', 'VC' or None for an XPU part number."""
+    if not part_number:
+        return None
+    return PART_NUMBER_VARIANTS.get(part_number.strip())
+
+
+# ------------------------------------------------------------------------- bus ids
+
+def normalize_bus_id(bus_id):
+    """'00000000:52:00.0', '0000:52:00.0' or '52:00.0' -> '0000:52:00.0' (lower case)."""
+    if not bus_id:
+        return None
+    m = re.match(r'^(?:([0-9a-fA-F]+):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$',
+                 bus_id.strip())
+    if not m:
+        return None
+    domain = int(m.group(1) or '0', 16)
+    return '%04x:%s:%s.%s' % (domain, m.group(2).lower(), m.group(3).lower(), m.group(4))
+
+
+# --------------------------------------------------------------------- xpu-smi table
+
+_HEADER_RE = re.compile(
+    r'Driver Version:\s*(?P<driver>\S+)\s+XPU-RT Version:\s*(?P<runtime>\S+)')
+_ROW1_RE = re.compile(
+    r'^\|\s*(?P<index>\d+)\s+(?P<name>.+?)\s+(?P<persistence>\S+)\s*'
+    r'\|\s*(?P<bus_id>[0-9A-Fa-f]+:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s+(?P<disp>\S+)\s*'
+    r'\|\s*(?P<ecc>\S+)\s*\|\s*$')
+_ROW2_RE = re.compile(
+    r'^\|\s*(?P<fan>\S+)\s+(?P<temp>\S+)\s+(?P<perf>\S+)\s+'
+    r'(?P<power_draw>\S+)\s*/\s*(?P<power_cap>\S+)\s*'
+    r'\|\s*(?P<mem_used>\S+)\s*/\s*(?P<mem_total>\S+)\s*'
+    r'\|\s*(?P<util>\S+)\s+(?P<compute_mode>\S+)\s*\|\s*$')
+_ROW3_RE = re.compile(
+    r'^\|\s*\|\s*(?P<l3_used>\S+)\s*/\s*(?P<l3_total>\S+)\s*'
+    r'\|\s*(?P<sriov>\S+)\s*\|\s*$')
+_PROC_RE = re.compile(
+    r'^\|\s*(?P<xpu>\d+)\s+(?P<pid>\d+)\s+(?P<type>\S+)\s+(?P<name>.+?)\s+'
+    r'(?P<mem>\S+)\s*\|\s*$')
+
+
+def _na(value):
+    """'N/A' -> None, anything else unchanged."""
+    if value is None or value.strip() in ('N/A', ''):
+        return None
+    return value.strip()
+
+
+def _mib(value):
+    """'98304MiB' / '98304 MiB' -> 98304; None when absent, N/A or ERR!."""
+    if value is None:
+        return None
+    m = re.match(r'^\s*(\d+)\s*MiB\s*$', value)
+    return int(m.group(1)) if m else None
+
+
+def parse_header(text):
+    """Driver and runtime versions from the table's header line.
+
+    Returns {'driver_version': str|None, 'runtime_version': str|None}; ``N/A`` is None.
+    """
+    for line in text.splitlines():
+        m = _HEADER_RE.search(line)
+        if m:
+            runtime = m.group('runtime').rstrip('|').strip()
+            return {'driver_version': _na(m.group('driver')),
+                    'runtime_version': _na(runtime)}
+    return {'driver_version': None, 'runtime_version': None}
+
+
+def parse_table(text):
+    """Parse plain ``xpu-smi`` output.
+
+    Returns a dict: driver_version, runtime_version, devices (list, in the order printed,
+    each with index, name, bus_id, memory_total_mib, memory_used_mib, temperature,
+    power_draw, power_cap, utilization, compute_mode, sriov_mode, state ('ok'|'error'),
+    err_fields) and processes (list of {xpu, pid, type, name, memory_mib}).
+    """
+    result = parse_header(text)
+    devices = []
+    processes = []
+    lines = text.splitlines()
+    in_processes = False
+    i = 0
+    while i < len(lines):
+        line = lines[i].rstrip()
+        if 'Processes:' in line:
+            in_processes = True
+            i += 1
+            continue
+        if in_processes:
+            m = _PROC_RE.match(line)
+            if m:
+                processes.append({
+                    'xpu': int(m.group('xpu')),
+                    'pid': int(m.group('pid')),
+                    'type': m.group('type'),
+                    'name': m.group('name').strip(),
+                    'memory_mib': _mib(m.group('mem')),
+                })
+            i += 1
+            continue
+        m1 = _ROW1_RE.match(line)
+        if m1:
+            dev = {
+                'index': int(m1.group('index')),
+                'name': m1.group('name').strip(),
+                'bus_id': m1.group('bus_id'),
+                'persistence': _na(m1.group('persistence')),
+                'ecc': _na(m1.group('ecc')),
+            }
+            fields = dict(m1.groupdict())
+            m2 = _ROW2_RE.match(lines[i + 1].rstrip()) if i + 1 < len(lines) else None
+            m3 = _ROW3_RE.match(lines[i + 2].rstrip()) if i + 2 < len(lines) else None
+            if m2:
+                fields.update(m2.groupdict())
+                dev.update({
+                    'temperature': _na(m2.group('temp')),
+                    'power_draw': _na(m2.group('power_draw')),
+                    'power_cap': _na(m2.group('power_cap')),
+                    'memory_used_mib': _mib(m2.group('mem_used')),
+                    'memory_total_mib': _mib(m2.group('mem_total')),
+                    'utilization': _na(m2.group('util')),
+                    'compute_mode': _na(m2.group('compute_mode')),
+                })
+                i += 1
+            else:
+                dev.update({'temperature': None, 'power_draw': None, 'power_cap': None,
+                            'memory_used_mib': None, 'memory_total_mib': None,
+                            'utilization': None, 'compute_mode': None})
+            if m2 and m3:
+                fields.update(m3.groupdict())
+                dev['sriov_mode'] = _na(m3.group('sriov'))
+                i += 1
+            else:
+                dev['sriov_mode'] = None
+            err_fields = sorted(k for k, v in fields.items() if v == ERR)
+            dev['err_fields'] = err_fields
+            dev['state'] = 'error' if err_fields else 'ok'
+            devices.append(dev)
+        i += 1
+    result['devices'] = devices
+    result['processes'] = processes
+    return result
+
+
+# ------------------------------------------------------------------------ xpu-smi -q
+
+_KV_RE = re.compile(r'^(?P<indent>\s*)(?P<key>[^:]+?)\s*:\s*(?P<value>.*?)\s*$')
+_Q_DEVICE_RE = re.compile(r'^XPU\s+(?P<bus_id>[0-9A-Fa-f]+:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$')
+
+
+def parse_query(text):
+    """Parse ``xpu-smi -q [--id=N]``.
+
+    Returns driver_version, runtime_version, attached (int|None) and devices: a list of
+    dicts with bus_id, index (the ``Minor Number`` when printed, else the position),
+    name, brand, architecture, serial, uuid, part_number, card_variant,
+    firmware_version (``ALL Version``), device_id (``0x36862057``),
+    memory_total_mib, memory_used_mib, and ``raw`` (every key, sections joined by '/').
+    """
+    result = {'driver_version': None, 'runtime_version': None, 'attached': None,
+              'devices': []}
+    dev = None
+    sections = []  # (indent, name)
+    for line in text.splitlines():
+        if not line.strip() or set(line.strip()) <= set('=-'):
+            continue
+        if line.strip().startswith('=') and 'LOG' in line:
+            continue
+        m = _Q_DEVICE_RE.match(line)
+        if m:
+            dev = {'bus_id': m.group('bus_id'), 'raw': {}}
+            result['devices'].append(dev)
+            sections = []
+            continue
+        m = _KV_RE.match(line)
+        if m:
+            indent = len(m.group('indent').expandtabs())
+            key, value = m.group('key').strip(), m.group('value')
+            if dev is None:
+                if key == 'Driver Version':
+                    result['driver_version'] = _na(value)
+                elif key == 'XPU-RT Version':
+                    result['runtime_version'] = _na(value)
+                elif key == 'Attached XPUs':
+                    result['attached'] = int(value) if value.isdigit() else None
+                continue
+            while sections and sections[-1][0] >= indent:
+                sections.pop()
+            path = '/'.join([s[1] for s in sections] + [key])
+            dev['raw'][path] = value
+            continue
+        # a section title: a line without a colon, e.g. "    Firmware Version"
+        if dev is not None:
+            indent = len(line) - len(line.lstrip())
+            while sections and sections[-1][0] >= indent:
+                sections.pop()
+            sections.append((indent, line.strip()))
+    for position, dev in enumerate(result['devices']):
+        raw = dev['raw']
+        minor = raw.get('Minor Number')
+        dev['index'] = int(minor) if minor and minor.isdigit() else position
+        dev['name'] = _na(raw.get('Product Name'))
+        dev['brand'] = _na(raw.get('Product Brand'))
+        dev['architecture'] = _na(raw.get('Product Architecture'))
+        dev['serial'] = _na(raw.get('Serial Number'))
+        dev['uuid'] = _na(raw.get('XPU UUID'))
+        dev['part_number'] = _na(raw.get('XPU Part Number'))
+        dev['card_variant'] = card_variant(dev['part_number'])
+        dev['firmware_version'] = _na(raw.get('Firmware Version/ALL Version'))
+        dev['device_id'] = _na(raw.get('PCI/Device Id'))
+        if raw.get('PCI/Bus Id'):
+            dev['bus_id'] = raw['PCI/Bus Id']
+        dev['memory_total_mib'] = _mib(raw.get('Memory Usage/Total'))
+        dev['memory_used_mib'] = _mib(raw.get('Memory Usage/Used'))
+    return result
+
+
+# ------------------------------------------------------------------------ xpu-smi -L
+
+_LIST_RE = re.compile(r'^XPU\s+(?P<index>\d+):\s*(?P<name>.*?)(?:\s*\(UUID:\s*(?P<uuid>[^)]+)\))?\s*$')
+
+
+def parse_list(text):
+    """Parse ``xpu-smi -L``: lines ``XPU <n>: <name> (UUID: <uuid>)``."""
+    devices = []
+    for line in text.splitlines():
+        m = _LIST_RE.match(line.strip())
+        if m:
+            devices.append({'index': int(m.group('index')),
+                            'name': m.group('name').strip() or None,
+                            'uuid': m.group('uuid')})
+    return devices
+
+
+# ----------------------------------------------------------------------------- lspci
+
+_LSPCI_RE = re.compile(
+    r'^(?P<slot>(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+'
+    r'(?P<rest>.*)$')
+# -nn: "... [1200]: Vendor Device [2057:3686] (rev 01)"; -n: "1200: 2057:3686 (rev 01)"
+_LSPCI_IDS_RE = re.compile(
+    r'(?:\[|\s|^)(?P<vendor>[0-9a-fA-F]{4}):(?P<device>[0-9a-fA-F]{4})\]?(?:\s+\(rev\s+(?P<rev>[0-9a-fA-F]+)\))?\s*$')
+
+
+def parse_lspci(text, vendors=KUNLUN_PCI_VENDORS, devices=P800_PCI_DEVICES):
+    """P800 PCI functions in ``lspci -Dn`` or ``lspci -Dnn`` output.
+
+    Returns a list of {slot, vendor, device, rev} for functions whose vendor is in
+    ``vendors`` and device in ``devices`` (pass None to keep every function).
+    """
+    found = []
+    for line in text.splitlines():
+        m = _LSPCI_RE.match(line.strip())
+        if not m:
+            continue
+        ids = _LSPCI_IDS_RE.search(m.group('rest'))
+        if not ids:
+            continue
+        vendor, device = ids.group('vendor').lower(), ids.group('device').lower()
+        if vendors is not None and vendor not in vendors:
+            continue
+        if devices is not None and device not in devices:
+            continue
+        found.append({'slot': normalize_bus_id(m.group('slot')) or m.group('slot'),
+                      'vendor': vendor, 'device': device, 'rev': ids.group('rev')})
+    return found
+
+
+# ----------------------------------------------------------------------------- lsmod
+
+def parse_lsmod(text):
+    """Modules in ``lsmod`` output or /proc/modules content.
+
+    Returns {name: {'size': int|None, 'used': int|None, 'used_by': [names]}}.
+    """
+    modules = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts or parts[0] == 'Module':
+            continue
+        name = parts[0]
+        size = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+        used = None
+        if len(parts) > 2 and parts[2].lstrip('-').isdigit():
+            used = int(parts[2])
+        used_by = []
+        if len(parts) > 3:
+            # lsmod: "a,b"; /proc/modules: "a,b," or "-"
+            used_by = [u for u in parts[3].split(',') if u and u != '-']
+            if used_by and used_by[-1] in ('Live', 'Loading', 'Unloading'):
+                used_by = []
+        modules[name] = {'size': size, 'used': used, 'used_by': used_by}
+    return modules
+
+
+def kunlun_modules_loaded(text):
+    """Sorted list of the Kunlun modules (kunlun, kunlun_peermem) in lsmod output."""
+    loaded = parse_lsmod(text)
+    return sorted(m for m in KUNLUN_MODULES if m in loaded)
+
+
+# ------------------------------------------------------------------------------ /proc
+
+def parse_proc_version(text):
+    """The driver version in /proc/kunlun/version (the first dotted number), or None."""
+    if not text:
+        return None
+    m = _VERSION_RE.search(text)
+    return m.group(0) if m else None
+
+
+def device_state(proc_state_text):
+    """(state, raw) from the content of /proc/xpu/devN/state.
+
+    ``RUNNING`` -> ('ok', 'RUNNING'); anything else -> ('error', raw); None (no file) ->
+    (None, None).
+    """
+    if proc_state_text is None:
+        return None, None
+    raw = proc_state_text.strip()
+    return ('ok' if raw == 'RUNNING' else 'error'), raw
+
+
+# -------------------------------------------------------------------------- combined
+
+def merge_devices(table, query=None, listing=None):
+    """One record per device from the table, ``-q`` and ``-L`` results.
+
+    Devices are keyed by bus id (``-q``) and index (``-L``); the table's list decides
+    which devices exist. When the table has no devices (for example a build that only
+    answers ``-q``), the ``-q`` devices are used.
+    """
+    query = query or {'devices': []}
+    listing = listing or []
+    by_bus = {}
+    for qdev in query.get('devices', []):
+        by_bus[normalize_bus_id(qdev.get('bus_id'))] = qdev
+    by_index = dict((d['index'], d) for d in listing)
+    base = table.get('devices') or [
+        {'index': q['index'], 'name': q['name'], 'bus_id': q['bus_id'],
+         'memory_total_mib': q['memory_total_mib'], 'state': 'ok', 'err_fields': []}
+        for q in query.get('devices', [])]
+    merged = []
+    for dev in base:
+        qdev = by_bus.get(normalize_bus_id(dev.get('bus_id')), {})
+        ldev = by_index.get(dev['index'], {})
+        part = qdev.get('part_number')
+        merged.append({
+            'index': dev['index'],
+            'name': dev.get('name') or qdev.get('name') or ldev.get('name'),
+            'bus_id': dev.get('bus_id') or qdev.get('bus_id'),
+            'memory_total_mib': dev.get('memory_total_mib') or qdev.get('memory_total_mib'),
+            'part_number': part,
+            'card_variant': card_variant(part),
+            'firmware_version': qdev.get('firmware_version'),
+            'serial': qdev.get('serial'),
+            'uuid': qdev.get('uuid') or ldev.get('uuid'),
+            'device_id': qdev.get('device_id'),
+            'state': dev.get('state', 'ok'),
+            'err_fields': list(dev.get('err_fields', [])),
+        })
+    return merged

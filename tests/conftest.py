@@ -1,0 +1,28 @@
+"""Shared test set-up: the project's module_utils and library importable as Ansible sees them."""
+
+import sys
+from pathlib import Path
+
+import ansible.module_utils
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# Modules import `ansible.module_utils.<name>`: Ansible maps ansible.cfg's module_utils
+# there at run time; tests do the same. library/ is importable for the modules' logic.
+if str(ROOT / "module_utils") not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(str(ROOT / "module_utils"))
+for extra in (ROOT / "library", ROOT):
+    if str(extra) not in sys.path:
+        sys.path.insert(0, str(extra))
+
+
+@pytest.fixture(scope="session")
+def repo_root():
+    return ROOT
+
+
+@pytest.fixture(scope="session")
+def stack_defaults():
+    import yaml
+
+    return yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text())

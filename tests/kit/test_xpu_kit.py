@@ -1,0 +1,403 @@
+"""Tests of the XPU part of the hardware kit (kunlun_fleet/sim/kit): the XRE .run builder
+and installer, the xpu-smi it installs, the modprobe/rmmod/lsmod and lspci stand-ins.
+
+Everything runs in a scratch root given by XRE_PREFIX (the kit's own switch); the
+outputs are read with the PRODUCT's parsers (module_utils/xpu_smi.py), so the kit and the
+product are held to the same formats.
+"""
+import importlib.util
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+KIT = ROOT / 'kunlun_fleet' / 'sim' / 'kit'
+SBIN = KIT / 'rootfs' / 'usr' / 'local' / 'sbin'
+BIN = KIT / 'rootfs' / 'usr' / 'local' / 'bin'
+
+
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(name, str(path))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+xre = _load('kit_xre', KIT / 'xre.py')
+x = _load('xpu_smi_parsers', ROOT / 'module_utils' / 'xpu_smi.py')
+
+VERSION = '5.0.21.26'
+NEWER = '5.0.22.1'
+FIRMWARE = '1.0.2.14.1.54'
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason='mknod of the /dev/xpu* nodes needs root')
+
+
+@pytest.fixture(scope='session')
+def runs(tmp_path_factory):
+    out = tmp_path_factory.mktemp('runs')
+    return {VERSION: xre.build_xre_run(VERSION, out),
+            NEWER: xre.build_xre_run(NEWER, out, firmware='1.0.2.14.1.60')}
+
+
+@pytest.fixture
+def env(tmp_path):
+    root = tmp_path / 'root'
+    root.mkdir()
+    kdir = tmp_path / 'headers'
+    kdir.mkdir()
+    (kdir / 'Makefile').write_text('# kernel headers\n')
+    e = dict(os.environ, XRE_PREFIX=str(root), KERNELDIR=str(kdir),
+             PATH=os.pathsep.join([str(SBIN), str(BIN), os.path.dirname(sys.executable),
+                                   os.environ.get('PATH', '')]))
+    e['_root'] = str(root)
+    return e
+
+
+def sh(env, *cmd, check=False):
+    res = subprocess.run([str(c) for c in cmd], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+    if check:
+        assert res.returncode == 0, res.stdout + res.stderr
+    return res
+
+
+def install(env, run, *extra):
+    return sh(env, 'sh', run, '--silent', '--accept-license', *extra)
+
+
+def smi(env, *args):
+    return sh(env, Path(env['_root']) / 'usr/local/bin/xpu-smi', *args)
+
+
+def faults(env, text):
+    path = Path(env['_root']) / 'etc' / 'kunlun-kit' / 'faults'
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+# ------------------------------------------------------------------ builder
+
+def test_build_is_named_and_reproducible(tmp_path):
+    a = xre.build_xre_run(VERSION, tmp_path)
+    b = xre.build_xre_run(VERSION, tmp_path / 'again.run')
+    assert a.name == 'xre-Linux-x86_64-5.0.21.26.run'
+    assert a.read_bytes() == b.read_bytes()
+    assert a.read_bytes().startswith(b'#!/bin/sh')
+    assert os.access(str(a), os.X_OK)
+    assert xre.build_xre_run(VERSION, tmp_path, firmware='1.0.2.14.1.60').read_bytes() != b.read_bytes()
+    with pytest.raises(ValueError):
+        xre.build_xre_run('latest', tmp_path)
+
+
+# ------------------------------------------------------------------ installer refusals
+
+@pytest.mark.parametrize('flags', [[], ['--silent'], ['--accept-license']])
+def test_installer_needs_silent_and_license(env, runs, flags):
+    res = sh(env, 'sh', runs[VERSION], *flags)
+    assert res.returncode != 0
+    assert 'Do you accept the license' in res.stdout
+    assert '--silent --accept-license' in res.stderr
+    assert not (Path(env['_root']) / 'usr/local/bin/xpu-smi').exists()
+
+
+def test_installer_needs_kerneldir(env, runs):
+    del env['KERNELDIR']
+    res = install(env, runs[VERSION])
+    assert res.returncode != 0
+    assert 'KERNELDIR is not set' in res.stderr
+    assert not (Path(env['_root']) / 'usr/local/xpu').exists()
+
+
+def test_installer_needs_headers_makefile(env, runs, tmp_path):
+    env['KERNELDIR'] = str(tmp_path / 'no-such-headers')
+    res = install(env, runs[VERSION])
+    assert res.returncode != 0
+    assert 'kernel headers not found' in res.stderr and 'no-such-headers' in res.stderr
+    log = (Path(env['_root']) / 'var/log/xre-install.log').read_text()
+    assert 'kernel headers not found' in log
+
+
+# ------------------------------------------------------------------ install + xpu-smi
+
+@needs_root
+def test_install_and_xpu_smi(env, runs):
+    res = install(env, runs[VERSION])
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert 'no reboot required' in res.stdout
+    root = Path(env['_root'])
+    assert (root / 'usr/local/xpu/version').read_text().strip() == VERSION
+    assert 'MODE="0666"' in (root / 'etc/udev/rules.d/99-kunlun.rules').read_text()
+    rel = os.uname().release
+    assert (root / 'lib/modules' / rel / 'extra/kunlun.ko').exists()
+    assert (root / 'lib/modules' / rel / 'extra/kunlun_peermem.ko').exists()
+    assert (root / 'var/log/xre-install.log').exists()
+    assert not (root / 'var/run/reboot-required').exists()
+
+    for name in ['xpu%d' % i for i in range(8)] + ['xpuctrl']:
+        st = os.stat(str(root / 'dev' / name))
+        assert stat.S_ISCHR(st.st_mode), name
+        assert (os.major(st.st_rdev), os.minor(st.st_rdev)) == (1, 3)
+        assert stat.S_IMODE(st.st_mode) == 0o666
+    assert not (root / 'dev' / 'xpu8').exists()
+
+    table = smi(env)
+    assert table.returncode == 0, table.stderr
+    t = x.parse_table(table.stdout)
+    assert t['driver_version'] == VERSION
+    assert t['runtime_version'] == '5.0.21'
+    assert len(t['devices']) == 8
+    assert all(d['memory_total_mib'] == 98304 and d['state'] == 'ok' for d in t['devices'])
+    assert t['devices'][0]['bus_id'] == '00000000:52:00.0'
+
+    q = x.parse_query(smi(env, '-q').stdout)
+    assert q['attached'] == 8 and q['driver_version'] == VERSION
+    assert {d['firmware_version'] for d in q['devices']} == {FIRMWARE}
+    assert {d['device_id'] for d in q['devices']} == {'0x36862057'}
+    assert {d['card_variant'] for d in q['devices']} == {'VC'}
+    assert x.firmware_at_least(q['devices'][0]['firmware_version'], '1.48')
+
+    one = x.parse_query(smi(env, '-q', '--id=6').stdout)
+    assert [d['index'] for d in one['devices']] == [6]
+    assert smi(env, '-q', '--id=8').returncode != 0
+
+    assert len(x.parse_list(smi(env, '-L').stdout)) == 8
+
+    lsmod = sh(env, 'lsmod', check=True).stdout
+    assert lsmod.splitlines()[0].split() == ['Module', 'Size', 'Used', 'by']
+    assert x.kunlun_modules_loaded(lsmod) == ['kunlun', 'kunlun_peermem']
+    assert x.parse_lsmod(lsmod)['kunlun']['used_by'] == ['kunlun_peermem']
+
+    lspci = sh(env, 'lspci', '-Dn', check=True).stdout
+    assert len(x.parse_lspci(lspci)) == 8
+    assert len(lspci.splitlines()) > 8   # ordinary functions too
+    assert x.parse_lspci(sh(env, 'lspci', '-Dnn', check=True).stdout) == x.parse_lspci(lspci)
+    assert len(sh(env, 'lspci', '-Dn', '-d', '2057:3686', check=True).stdout.splitlines()) == 8
+    assert sh(env, 'lspci', '-s', '52:00.0', check=True).stdout.startswith('52:00.0 ')
+
+
+@needs_root
+def test_faults(env, runs):
+    install(env, runs[VERSION])
+    faults(env, 'xpu_devices=7\n')
+    assert len(x.parse_table(smi(env).stdout)['devices']) == 7
+    assert len(x.parse_list(smi(env, '-L').stdout)) == 7
+    assert len(x.parse_lspci(sh(env, 'lspci', '-Dn').stdout)) == 7
+
+    faults(env, 'xpu_error_device=2\n')
+    t = x.parse_table(smi(env).stdout)
+    assert [d['index'] for d in t['devices'] if d['state'] == 'error'] == [2]
+
+    faults(env, 'xpu_card_variant=VD\nxpu_firmware=1.40.0.0\n')
+    q = x.parse_query(smi(env, '-q').stdout)
+    assert {d['card_variant'] for d in q['devices']} == {'VD'}
+    assert {d['firmware_version'] for d in q['devices']} == {'1.40.0.0'}
+    assert not x.firmware_at_least('1.40.0.0', '1.48')
+
+    faults(env, 'xpu_card_variant=mixed\n')
+    q = x.parse_query(smi(env, '-q').stdout)
+    assert sorted({d['card_variant'] for d in q['devices']}) == ['VC', 'VD']
+
+
+# ------------------------------------------------------------------ modules
+
+@needs_root
+def test_modprobe_rmmod(env, runs):
+    root = Path(env['_root'])
+    res = sh(env, 'modprobe', 'kunlun')
+    assert res.returncode != 0 and 'Module kunlun not found' in res.stderr   # not installed
+
+    install(env, runs[VERSION])
+    # VD cards need this option; it must reach the module on the next load
+    conf = root / 'etc/modprobe.d/kunlun.conf'
+    conf.parent.mkdir(parents=True, exist_ok=True)
+    conf.write_text('options kunlun KLreg_RegistryDwords="RmDisableSMMU=1;C2CHighSpeed=1"\n')
+
+    res = sh(env, 'rmmod', 'kunlun')
+    assert res.returncode != 0 and 'in use by: kunlun_peermem' in res.stderr
+    res = sh(env, 'modprobe', '-r', 'kunlun')
+    assert res.returncode != 0 and 'in use' in res.stderr
+    sh(env, 'modprobe', '-r', 'kunlun_peermem', 'kunlun', check=True)
+    assert x.kunlun_modules_loaded(sh(env, 'lsmod').stdout) == []
+    assert not (root / 'dev/xpu0').exists() and not (root / 'dev/xpuctrl').exists()
+    nodrv = smi(env)
+    assert nodrv.returncode != 0 and 'No XPU device found' in nodrv.stderr
+
+    # peermem pulls in kunlun, with the options from modprobe.d
+    sh(env, 'modprobe', 'kunlun_peermem', check=True)
+    assert x.kunlun_modules_loaded(sh(env, 'lsmod').stdout) == ['kunlun', 'kunlun_peermem']
+    options = (root / 'run/kunlun-kit/modules/kunlun/options').read_text()
+    assert options.strip() == 'KLreg_RegistryDwords=RmDisableSMMU=1;C2CHighSpeed=1'
+    assert (root / 'dev/xpu7').exists()
+
+    res = sh(env, 'modprobe', '--first-time', 'kunlun')
+    assert res.returncode != 0 and 'already in kernel' in res.stderr
+    sh(env, 'modprobe', 'kunlun', check=True)   # loaded already: success, no change
+    sh(env, 'rmmod', 'kunlun_peermem', check=True)
+    sh(env, 'rmmod', 'kunlun', check=True)
+    assert x.kunlun_modules_loaded(sh(env, 'lsmod').stdout) == []
+
+
+@needs_root
+def test_upgrade_while_in_use_requires_reboot(env, runs):
+    root = Path(env['_root'])
+    install(env, runs[VERSION])
+    holder = subprocess.Popen([sys.executable, '-c',
+                               'import sys, time; f = open(sys.argv[1]); print("ok", flush=True); time.sleep(60)',
+                               str(root / 'dev/xpu3')], stdout=subprocess.PIPE, universal_newlines=True)
+    try:
+        assert holder.stdout.readline().strip() == 'ok'
+        t = x.parse_table(smi(env).stdout)
+        assert [(p['xpu'], p['pid']) for p in t['processes']] == [(3, holder.pid)]
+        assert x.parse_lsmod(sh(env, 'lsmod').stdout)['kunlun']['used'] == 2
+        res = sh(env, 'rmmod', 'kunlun_peermem')
+        assert res.returncode == 0
+        res = sh(env, 'rmmod', 'kunlun')
+        assert res.returncode != 0 and 'in use' in res.stderr
+        sh(env, 'modprobe', 'kunlun_peermem', check=True)
+
+        res = install(env, runs[NEWER])
+        assert res.returncode == 0, res.stderr
+        assert 'REBOOT REQUIRED' in res.stdout
+        assert (root / 'var/run/reboot-required').exists()
+        t = x.parse_table(smi(env).stdout)
+        assert t['driver_version'] == VERSION          # the old module is still loaded
+        assert t['runtime_version'] == '5.0.22'        # the new user space is installed
+        assert x.kunlun_modules_loaded(sh(env, 'lsmod').stdout) == ['kunlun', 'kunlun_peermem']
+    finally:
+        holder.kill()
+        holder.wait()
+    (root / 'var/run/reboot-required').unlink()
+    res = install(env, runs[NEWER])
+    assert res.returncode == 0 and 'no reboot required' in res.stdout
+    assert not (root / 'var/run/reboot-required').exists()
+    t = x.parse_table(smi(env).stdout)
+    assert t['driver_version'] == NEWER and t['processes'] == []
+    q = x.parse_query(smi(env, '-q').stdout)
+    assert {d['firmware_version'] for d in q['devices']} == {'1.0.2.14.1.60'}
+
+
+@needs_root
+def test_uninstall(env, runs):
+    root = Path(env['_root'])
+    install(env, runs[VERSION])
+    res = install(env, runs[VERSION], '--uninstall')
+    assert res.returncode == 0, res.stderr
+    assert not (root / 'usr/local/bin/xpu-smi').exists()
+    assert not (root / 'usr/local/xpu').exists()
+    assert not (root / 'dev/xpu0').exists()
+    assert x.kunlun_modules_loaded(sh(env, 'lsmod').stdout) == []
+    assert sh(env, 'modprobe', 'kunlun').returncode != 0
+
+
+def test_lspci_without_driver(env):
+    """The PCI functions are there before any driver: ids only, no driver in use."""
+    res = sh(env, 'lspci', '-n', check=True)
+    found = x.parse_lspci(res.stdout)                # without -D: domain 0000 assumed
+    assert [f['slot'] for f in found][:2] == ['0000:52:00.0', '0000:56:00.0'] and len(found) == 8
+    k = sh(env, 'lspci', '-k', '-d', '2057:', check=True).stdout
+    assert 'Kernel driver in use' not in k and k.count('Kernel modules: kunlun') == 8
+    assert sh(env, 'lspci', '-d', 'bogus').returncode != 0
+
+
+@needs_root
+def test_coldplug_after_restart(env, runs):
+    """A restart empties /run and /dev: the boot unit loads kunlun (+ modules-load.d)."""
+    root = Path(env['_root'])
+    install(env, runs[VERSION])
+    conf = root / 'etc/modules-load.d/kunlun.conf'
+    conf.parent.mkdir(parents=True, exist_ok=True)
+    conf.write_text('# XPU\nkunlun_peermem\n')
+    faults(env, 'xpu_devices=7\n')
+    for d in ('run', 'dev'):
+        subprocess.run(['rm', '-rf', str(root / d)], check=True)
+    assert smi(env).returncode != 0
+    sh(env, SBIN / 'kunlun-kit-coldplug', check=True)
+    assert x.kunlun_modules_loaded(sh(env, 'lsmod').stdout) == ['kunlun', 'kunlun_peermem']
+    assert sorted(os.listdir(str(root / 'dev'))) == ['xpu%d' % i for i in range(7)] + ['xpuctrl']
+    assert len(x.parse_table(smi(env).stdout)['devices']) == 7
+
+
+def test_coldplug_without_driver_loads_nothing(env):
+    sh(env, SBIN / 'kunlun-kit-coldplug', check=True)
+    assert x.kunlun_modules_loaded(sh(env, 'lsmod').stdout) == []
+
+
+SHIM_DIR = KIT / 'rootfs' / 'usr' / 'local' / 'lib' / 'python3.11' / 'dist-packages'
+PLAYBOOK = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Load kunlun with the VD option
+      community.general.modprobe:
+        name: kunlun
+        params: 'KLreg_RegistryDwords="RmDisableSMMU=1;C2CHighSpeed=1"'
+
+    - name: Load it again
+      community.general.modprobe:
+        name: kunlun
+        params: 'KLreg_RegistryDwords="RmDisableSMMU=1;C2CHighSpeed=1"'
+
+    - name: Load kunlun_peermem in check mode
+      community.general.modprobe:
+        name: kunlun_peermem
+      check_mode: true
+
+    - name: Unload kunlun
+      community.general.modprobe:
+        name: kunlun
+        state: absent
+"""
+
+
+@needs_root
+@pytest.mark.skipif(os.path.exists('/proc/modules'), reason='kernel with loadable modules: no shim needed')
+@pytest.mark.skipif(not (ROOT / '.venv' / 'bin' / 'ansible-playbook').exists(), reason='no .venv')
+def test_community_general_modprobe_works_against_the_kit(env, runs, tmp_path):
+    """community.general.modprobe reads /proc/modules, which this kernel lacks: the kit's
+    start-up shim (kunlun_kit_proc.pth in the host's site dir) provides it."""
+    import json
+    root = Path(env['_root'])
+    install(env, runs[VERSION])
+    sh(env, 'modprobe', '-r', 'kunlun_peermem', 'kunlun', check=True)
+    venv = tmp_path / 'hostpy'
+    subprocess.run([sys.executable if not os.path.exists('/usr/bin/python3') else '/usr/bin/python3',
+                    '-m', 'venv', '--without-pip', str(venv)], check=True)
+    site = subprocess.run([str(venv / 'bin' / 'python'), '-c',
+                           'import sysconfig; print(sysconfig.get_paths()["purelib"])'],
+                          stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout.strip()
+    for f in ('kunlun_kit_proc.pth', 'kunlun_kit_proc.py'):
+        (Path(site) / f).write_bytes((SHIM_DIR / f).read_bytes())
+    probe = [str(venv / 'bin' / 'python'), '-c', "print(open('/proc/modules').read(), end='')"]
+    assert sh(env, *probe, check=True).stdout == ''
+    sh(env, 'modprobe', 'kunlun_peermem', check=True)
+    text = sh(env, *probe, check=True).stdout
+    assert text.startswith('kunlun_peermem 16384 0 - Live')
+    assert x.parse_lsmod(text)['kunlun']['used_by'] == ['kunlun_peermem']
+    sh(env, 'modprobe', '-r', 'kunlun_peermem', 'kunlun', check=True)
+
+    play = tmp_path / 'play.yml'
+    play.write_text(PLAYBOOK)
+    e = dict(env, ANSIBLE_CONFIG=str(ROOT / 'ansible.cfg'), ANSIBLE_CACHE_PLUGIN='memory',
+             ANSIBLE_STDOUT_CALLBACK='ansible.builtin.json', ANSIBLE_LOAD_CALLBACK_PLUGINS='1',
+             ANSIBLE_LOCAL_TEMP=str(tmp_path / 'ansible-local'))
+    res = sh(e, ROOT / '.venv' / 'bin' / 'ansible-playbook', '-i', 'localhost,', '-c', 'local',
+             '-e', 'ansible_python_interpreter=%s' % (venv / 'bin' / 'python'), play)
+    assert res.returncode == 0, res.stdout + res.stderr
+    doc, _ = json.JSONDecoder().raw_decode(res.stdout[res.stdout.index('{'):])
+    changed = [t['hosts']['localhost']['changed'] for t in doc['plays'][0]['tasks']]
+    assert changed == [True, False, True, True]   # load, again (no change), check mode, unload
+    assert x.kunlun_modules_loaded(sh(env, 'lsmod').stdout) == []
+    assert not (root / 'run/kunlun-kit/modules/kunlun_peermem').exists()  # check mode loaded nothing
+
+
+@pytest.mark.skipif(os.path.exists('/proc/modules') or not os.path.isdir('/sys/module/overlay'),
+                    reason='needs a kernel without loadable modules and overlay built in')
+def test_builtin_modules_on_a_kernel_without_modules(env):
+    assert sh(env, 'modprobe', 'overlay').returncode == 0
+    res = sh(env, 'modprobe', '-r', 'overlay')
+    assert res.returncode != 0 and 'is builtin' in res.stderr

@@ -1,0 +1,129 @@
+"""Bad input refused by preflight's controller checks, before any host is contacted.
+
+Each case breaks one thing in a copy of inventories/example (whose addresses are never
+reached: every failure here happens on the controller) and expects a message naming the
+item and the fix.
+"""
+
+import pytest
+
+
+def assert_refused_before_hosts(rc, out, *needles):
+    assert rc != 0, out
+    for needle in needles:
+        assert needle in out, "expected %r in:\n%s" % (needle, out[-4000:])
+    # No task ever ran on a host: everything so far was delegated to localhost.
+    assert "Host | " not in out, out[-4000:]
+    assert "changed=0" in out
+
+
+def test_known_bad_pin_combination(inventory, run_preflight):
+    inventory.update("group_vars/all/stack.yml", kunlun_stack_components={
+        **inventory_components(), "vllm_kunlun": {"version": "0.25.1.dev0", "commit": "2fda97b",
+                                                  "artifact": "src/vllm-kunlun-0.25.1.dev0-2fda97b.tar.gz"}})
+    rc, out = run_preflight(inventory)
+    assert_refused_before_hosts(rc, out, "known-bad combination", "2fda97b", "Fix:")
+
+
+def test_transformers_553(inventory, run_preflight):
+    comps = inventory_components()
+    comps["transformers"]["version"] = "5.5.3"
+    inventory.update("group_vars/all/stack.yml", kunlun_stack_components=comps)
+    rc, out = run_preflight(inventory)
+    assert_refused_before_hosts(rc, out, "transformers 5.5.3", "max_pixels", "Fix:")
+
+
+def test_unvalidated_pin_refused_unless_allowed(inventory, run_preflight):
+    comps = inventory_components()
+    comps["triton"]["version"] = "3.0.1"
+    inventory.update("group_vars/all/stack.yml", kunlun_stack_components=comps)
+    rc, out = run_preflight(inventory)
+    assert_refused_before_hosts(rc, out, "pin triton", "3.0.0+b2cde523")
+
+
+@pytest.mark.parametrize("change, needles", [
+    ({"gpu_memory_utilization": 0.9}, ["gpu_memory_utilization", "0.9 with max_num_seqs 256", "at most 0.8"]),
+    ({"max_model_len": 1048576}, ["max_model_len", "1048576", "at most 262144"]),
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, ["rope_scaling", "YaRN"]),
+    ({"tensor_parallel_size": 16}, ["tensor_parallel_size", "16 does not divide the 8 accelerators"]),
+])
+def test_serving_rules(inventory, run_preflight, change, needles):
+    serving = dict(stack_defaults_serving(), **change)
+    inventory.update("group_vars/all/stack.yml", kunlun_stack_serving=serving)
+    rc, out = run_preflight(inventory)
+    assert_refused_before_hosts(rc, out, *needles)
+
+
+def test_empty_xpu_servers_group(inventory, run_preflight):
+    hosts = inventory.hosts()
+    hosts["all"]["children"]["xpu_servers"]["hosts"] = {}
+    hosts["all"]["children"]["image_builders"]["hosts"] = {}
+    inventory.save("hosts.yml", hosts)
+    rc, out = run_preflight(inventory)
+    assert rc != 0
+    assert "group xpu_servers has no hosts" in out, out[-3000:]
+
+
+def test_two_hosts_one_address(inventory, run_preflight):
+    hosts = inventory.hosts()
+    hosts["all"]["children"]["xpu_servers"]["hosts"]["p800-a02"]["ansible_host"] = "10.20.1.11"
+    inventory.save("hosts.yml", hosts)
+    rc, out = run_preflight(inventory)
+    assert_refused_before_hosts(rc, out, "p800-a01 and p800-a02 share the address 10.20.1.11")
+
+
+def test_boolean_given_as_string(inventory, run_preflight):
+    inventory.update("group_vars/all/stack.yml", kunlun_stack_allow_unvalidated="false")
+    rc, out = run_preflight(inventory)
+    assert_refused_before_hosts(rc, out, "kunlun_stack_allow_unvalidated is the string 'false'",
+                                "write false without quotes")
+
+
+def test_misspelled_variable(inventory, run_preflight):
+    inventory.update("group_vars/all/stack.yml", kunlun_stack_devce_count=8)
+    rc, out = run_preflight(inventory)
+    assert_refused_before_hosts(rc, out, "unknown variable kunlun_stack_devce_count",
+                                "did you mean kunlun_stack_device_count")
+
+
+def test_missing_required_host_var(inventory, run_preflight):
+    (inventory.path / "host_vars/p800-a03.yml").unlink()
+    rc, out = run_preflight(inventory)
+    assert_refused_before_hosts(rc, out, "host p800-a03 (group xpu_servers) does not define storage_data_disks")
+
+
+def test_bundle_missing_file(inventory, run_preflight, tmp_path):
+    bundle = tmp_path / "bundle"
+    (bundle / "drivers").mkdir(parents=True)
+    (bundle / "MANIFEST.sha256").write_text("%s  drivers/xre-Linux-x86_64-5.0.21.26.run\n" % ("0" * 64))
+    inventory.update("group_vars/all/stack.yml", kunlun_stack_bundle_dir=str(bundle))
+    rc, out = run_preflight(inventory)
+    assert_refused_before_hosts(rc, out, "drivers/xre-Linux-x86_64-5.0.21.26.run: listed in the manifest but missing")
+
+
+def test_bundle_checksum_mismatch(inventory, run_preflight, tmp_path):
+    bundle = tmp_path / "bundle"
+    (bundle / "drivers").mkdir(parents=True)
+    (bundle / "drivers/xre-Linux-x86_64-5.0.21.26.run").write_text("not the installer\n")
+    (bundle / "MANIFEST.sha256").write_text("%s  drivers/xre-Linux-x86_64-5.0.21.26.run\n" % ("1" * 64))
+    inventory.update("group_vars/all/stack.yml", kunlun_stack_bundle_dir=str(bundle))
+    rc, out = run_preflight(inventory)
+    assert_refused_before_hosts(rc, out, "drivers/xre-Linux-x86_64-5.0.21.26.run: sha256", "the manifest says 1111")
+
+
+def inventory_components():
+    import copy
+    from pathlib import Path
+
+    import yaml
+    root = Path(__file__).resolve().parents[2]
+    data = yaml.safe_load((root / "roles/kunlun_stack/defaults/main.yml").read_text())
+    return copy.deepcopy(data["kunlun_stack_components"])
+
+
+def stack_defaults_serving():
+    from pathlib import Path
+
+    import yaml
+    root = Path(__file__).resolve().parents[2]
+    return dict(yaml.safe_load((root / "roles/kunlun_stack/defaults/main.yml").read_text())["kunlun_stack_serving"])

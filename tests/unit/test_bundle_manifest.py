@@ -1,0 +1,56 @@
+"""module_utils/bundle_manifest.py: the offline bundle against its manifest."""
+
+import hashlib
+
+import pytest
+
+from ansible.module_utils.bundle_manifest import check_bundle, parse_manifest
+
+
+def write_bundle(root, files):
+    lines = []
+    for rel, data in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        lines.append("%s  %s" % (hashlib.sha256(data).hexdigest(), rel))
+    (root / "MANIFEST.sha256").write_text("\n".join(sorted(lines)) + "\n")
+
+
+def test_parse_rejects_malformed_lines():
+    with pytest.raises(ValueError, match="line 2"):
+        parse_manifest("%s  a\nnot a line\n" % ("a" * 64))
+    assert parse_manifest("%s *b/c\n" % ("B" * 64)) == {"b/c": "b" * 64}  # sha256sum's binary mark
+    assert parse_manifest("%s  b/c\n" % ("B" * 64)) == {"b/c": "b" * 64}
+
+
+def test_sound_bundle(tmp_path):
+    write_bundle(tmp_path, {"drivers/x.run": b"installer", "wheels/a.whl": b"wheel"})
+    assert check_bundle(str(tmp_path), ["drivers/x.run"], str(tmp_path / "cache.json")) == []
+
+
+def test_every_problem_is_named(tmp_path):
+    write_bundle(tmp_path, {"drivers/x.run": b"installer", "wheels/a.whl": b"wheel", "src/s.tgz": b"src"})
+    (tmp_path / "wheels/a.whl").write_bytes(b"tampered")
+    (tmp_path / "src/s.tgz").unlink()
+    (tmp_path / "extra.bin").write_bytes(b"x")
+    problems = check_bundle(str(tmp_path), ["drivers/x.run", "images/base.tar", "extra.bin"])
+    by_path = {p: s for p, s, _ in problems}
+    assert set(by_path) == {"wheels/a.whl", "src/s.tgz", "images/base.tar", "extra.bin"}
+    assert by_path["wheels/a.whl"].startswith("sha256 ")
+    assert by_path["src/s.tgz"] == "listed in the manifest but missing"
+    assert by_path["images/base.tar"] == "missing"
+    assert by_path["extra.bin"] == "present but not in the manifest"
+
+
+def test_cache_does_not_hide_a_changed_file(tmp_path):
+    write_bundle(tmp_path, {"a.bin": b"one"})
+    cache = str(tmp_path / "cache.json")
+    assert check_bundle(str(tmp_path), [], cache) == []
+    (tmp_path / "a.bin").write_bytes(b"two, longer")  # size changes: the cache entry is stale
+    assert [p for p, _, _ in check_bundle(str(tmp_path), [], cache)] == ["a.bin"]
+
+
+def test_missing_directory_and_manifest(tmp_path):
+    assert "does not exist" in check_bundle(str(tmp_path / "nope"), [])[0][1]
+    assert check_bundle(str(tmp_path), [])[0][0] == "MANIFEST.sha256"

@@ -1,0 +1,333 @@
+"""Unit tests of library/xpu_info.py: its main logic on recorded outputs, and one real run
+through `ansible localhost -m xpu_info` against a fake xpu-smi."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+from ansible.module_utils import basic
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = Path(__file__).resolve().parent / 'fixtures' / 'xpu'
+
+
+def _load_module():
+    spec = importlib.util.spec_from_file_location('xpu_info', str(ROOT / 'library' / 'xpu_info.py'))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+xpu_info = _load_module()
+
+try:
+    from ansible.module_utils.testing import patch_module_args
+except ImportError:  # ansible-core < 2.19
+    import contextlib
+
+    from ansible.module_utils.common.text.converters import to_bytes
+
+    @contextlib.contextmanager
+    def patch_module_args(args=None):
+        with mock.patch.object(basic, '_ANSIBLE_ARGS',
+                               to_bytes(json.dumps({'ANSIBLE_MODULE_ARGS': args or {}}))):
+            yield
+
+
+class ExitJson(Exception):
+    pass
+
+
+class FailJson(Exception):
+    pass
+
+
+def exit_json(self, **kwargs):
+    kwargs.setdefault('changed', False)
+    raise ExitJson(kwargs)
+
+
+def fail_json(self, msg, **kwargs):
+    kwargs['msg'] = msg
+    raise FailJson(kwargs)
+
+
+def fx(name):
+    return (FIXTURES / name).read_text()
+
+
+SMI = '/usr/local/bin/xpu-smi'
+BINS = {'xpu-smi': SMI, 'lspci': '/usr/bin/lspci', 'lsmod': '/usr/sbin/lsmod'}
+
+
+def host(table='xpu-smi_8_vc.txt', query='xpu-smi-q_8_vc.txt', listing='xpu-smi-L_8.txt',
+         lspci='lspci-Dn_8.txt', lsmod='lsmod_kunlun.txt', smi_rc=0, smi_err=''):
+    """Recorded answers of a host, keyed by argv."""
+    answers = {
+        (SMI,): (smi_rc, fx(table) if smi_rc == 0 else '', smi_err),
+        (SMI, '-q'): (smi_rc, fx(query) if smi_rc == 0 else '', smi_err),
+        (SMI, '-L'): (smi_rc, fx(listing) if smi_rc == 0 else '', smi_err),
+        ('/usr/bin/lspci', '-Dn'): (0, fx(lspci), ''),
+        ('/usr/sbin/lsmod',): (0, fx(lsmod), ''),
+    }
+    return answers
+
+
+def make_dev(tmp_path, count=8, skip=(), ctrl=True):
+    dev = tmp_path / 'dev'
+    dev.mkdir()
+    for i in range(count):
+        if i not in skip:
+            (dev / ('xpu%d' % i)).write_text('')
+    if ctrl:
+        (dev / 'xpuctrl').write_text('')
+    (dev / 'null').write_text('')
+    return dev
+
+
+def make_proc(tmp_path, version=None, states=None, modules=None):
+    proc = tmp_path / 'proc'
+    proc.mkdir()
+    if version is not None:
+        (proc / 'kunlun').mkdir()
+        (proc / 'kunlun' / 'version').write_text(version)
+    for index, state in (states or {}).items():
+        d = proc / 'xpu' / ('dev%d' % index)
+        d.mkdir(parents=True)
+        (d / 'state').write_text(state + '\n')
+    if modules is not None:
+        (proc / 'modules').write_text(modules)
+    return proc
+
+
+def run(tmp_path, answers, args=None, bins=None, dev=None, proc=None, check_mode=False):
+    """Run the module's main() with a fake run_command; returns (result, calls)."""
+    bins = BINS if bins is None else bins
+    dev = dev or make_dev(tmp_path)
+    proc = proc or make_proc(tmp_path)
+    module_args = {'dev_dir': str(dev), 'proc_dir': str(proc)}
+    module_args.update(args or {})
+    if check_mode:
+        module_args['_ansible_check_mode'] = True
+    calls = []
+
+    def run_command(self, cmd, *a, **kw):
+        calls.append(tuple(cmd))
+        if tuple(cmd) not in answers:
+            raise AssertionError('unexpected command %r' % (cmd,))
+        return answers[tuple(cmd)]
+
+    def get_bin_path(self, name, required=False, opt_dirs=None):
+        return bins.get(name)
+
+    with patch_module_args(module_args), \
+            mock.patch.multiple(basic.AnsibleModule, exit_json=exit_json, fail_json=fail_json,
+                                run_command=run_command, get_bin_path=get_bin_path):
+        with pytest.raises((ExitJson, FailJson)) as exc:
+            xpu_info.main()
+    if exc.type is FailJson:
+        return ('failed', exc.value.args[0]), calls
+    return exc.value.args[0], calls
+
+
+def test_eight_vc_devices(tmp_path):
+    result, calls = run(tmp_path, host())
+    facts = result['ansible_facts']
+    assert result['changed'] is False
+    assert facts['xpu_driver_version'] == '5.0.21.26'
+    assert facts['xpu_runtime_version'] == '5.0.21'
+    assert facts['xpu_device_count'] == 8
+    assert facts['xpu_pci_functions'] == 8
+    assert facts['xpu_modules_loaded'] == ['kunlun', 'kunlun_peermem']
+    assert facts['xpu_ctrl_node_present'] is True
+    assert facts['xpu_card_variants'] == ['VC']
+    assert facts['xpu_smi_error'] is None
+    assert len(facts['xpu_device_nodes']) == 8
+    d = facts['xpu_devices'][4]
+    assert d['index'] == 4
+    assert d['name'] == 'P800 OAM'
+    assert d['bus_id'] == '00000000:d1:00.0'
+    assert d['memory_total_mib'] == 98304
+    assert d['part_number'] == 'B00100300110112'
+    assert d['card_variant'] == 'VC'
+    assert d['firmware_version'] == '1.0.2.14.1.54'
+    assert d['device_id'] == '0x36862057'
+    assert d['node_present'] is True
+    assert d['state'] == 'ok'
+    assert d['serial'] and d['uuid'].startswith('XPU-')
+    assert (SMI, '-q') in calls and (SMI, '-L') in calls
+
+
+def test_seven_of_eight(tmp_path):
+    result, _ = run(tmp_path, host(table='xpu-smi_7.txt', query='xpu-smi-q_7.txt',
+                                   listing='xpu-smi-L_7.txt', lspci='lspci-Dn_7.txt'),
+                    dev=make_dev(tmp_path, count=7))
+    facts = result['ansible_facts']
+    assert facts['xpu_device_count'] == 7
+    assert facts['xpu_pci_functions'] == 7
+    assert [d['index'] for d in facts['xpu_devices']] == list(range(7))
+
+
+def test_device_missing_its_node(tmp_path):
+    result, _ = run(tmp_path, host(), dev=make_dev(tmp_path, skip=(5,), ctrl=False))
+    facts = result['ansible_facts']
+    assert facts['xpu_device_count'] == 8
+    assert [d['index'] for d in facts['xpu_devices'] if not d['node_present']] == [5]
+    assert facts['xpu_ctrl_node_present'] is False
+    assert [os.path.basename(n) for n in facts['xpu_device_nodes']] == \
+        ['xpu0', 'xpu1', 'xpu2', 'xpu3', 'xpu4', 'xpu6', 'xpu7']
+
+
+def test_mixed_vc_vd(tmp_path):
+    result, _ = run(tmp_path, host(query='xpu-smi-q_mixed.txt'))
+    facts = result['ansible_facts']
+    assert facts['xpu_card_variants'] == ['VC', 'VD']
+    assert [d['card_variant'] for d in facts['xpu_devices']] == ['VC'] * 4 + ['VD'] * 4
+
+
+def test_515_na_header(tmp_path):
+    answers = host()
+    answers[(SMI, '-q')] = (1, '', 'query not supported')
+    answers[(SMI,)] = (0, fx('xpu-smi_515_na.txt'), '')
+    result, _ = run(tmp_path, answers)
+    facts = result['ansible_facts']
+    assert facts['xpu_driver_version'] == '515.58'
+    assert facts['xpu_runtime_version'] is None
+    assert facts['xpu_device_count'] == 8
+    # without -q nothing tells the part number: no variant is invented
+    assert facts['xpu_card_variants'] == []
+    assert facts['xpu_devices'][0]['part_number'] is None
+
+
+def test_device_in_error_err_fields(tmp_path):
+    result, _ = run(tmp_path, host(table='xpu-smi_error3.txt', query='xpu-smi-q_error3.txt'))
+    devices = result['ansible_facts']['xpu_devices']
+    assert [d['index'] for d in devices if d['state'] == 'error'] == [3]
+    assert 'temp' in devices[3]['err_fields']
+
+
+def test_device_in_error_proc_state(tmp_path):
+    states = dict((i, 'RUNNING') for i in range(8))
+    states[6] = 'HANG'
+    result, _ = run(tmp_path, host(), proc=make_proc(tmp_path, states=states))
+    devices = result['ansible_facts']['xpu_devices']
+    assert [d['index'] for d in devices if d['state'] == 'error'] == [6]
+    assert devices[6]['proc_state'] == 'HANG'
+    assert devices[0]['proc_state'] == 'RUNNING'
+
+
+def test_processes(tmp_path):
+    result, _ = run(tmp_path, host(table='xpu-smi_busy3.txt'))
+    procs = result['ansible_facts']['xpu_processes']
+    assert [(p['xpu'], p['name']) for p in procs] == [(3, 'sleep')]
+
+
+def test_no_xpu_smi(tmp_path):
+    bins = {'lspci': '/usr/bin/lspci', 'lsmod': '/usr/sbin/lsmod'}
+    result, calls = run(tmp_path, host(lsmod='lsmod_none.txt'), bins=bins,
+                        dev=make_dev(tmp_path, count=0, ctrl=False))
+    facts = result['ansible_facts']
+    assert facts['xpu_smi_path'] is None
+    assert facts['xpu_device_count'] == 0
+    assert facts['xpu_driver_version'] is None
+    assert facts['xpu_devices'] == []
+    assert facts['xpu_modules_loaded'] == []
+    assert facts['xpu_pci_functions'] == 8   # the cards are there, the driver is not
+    assert not any(c[0] == SMI for c in calls)
+
+
+def test_driver_not_loaded(tmp_path):
+    result, calls = run(tmp_path, host(smi_rc=9, smi_err=fx('xpu-smi_nodriver.stderr'),
+                                       lsmod='lsmod_none.txt'),
+                        dev=make_dev(tmp_path, count=0, ctrl=False))
+    facts = result['ansible_facts']
+    assert result['changed'] is False
+    assert facts['xpu_device_count'] == 0
+    assert facts['xpu_smi_error'].startswith('xpu-smi exited 9: No XPU device found')
+    assert facts['xpu_modules_loaded'] == []
+    assert calls[0] == (SMI,) and (SMI, '-q') not in calls
+
+
+def test_proc_fallbacks(tmp_path):
+    """No lsmod: /proc/modules; no xpu-smi: the driver version of /proc/kunlun/version."""
+    bins = {}
+    proc = make_proc(tmp_path, version=fx('proc_kunlun_version.txt'), modules=fx('proc_modules.txt'))
+    result, calls = run(tmp_path, {}, bins=bins, proc=proc)
+    facts = result['ansible_facts']
+    assert calls == []
+    assert facts['xpu_modules_loaded'] == ['kunlun', 'kunlun_peermem']
+    assert facts['xpu_driver_version'] == '5.0.21.26'
+    assert facts['xpu_proc_driver_version'] == '5.0.21.26'
+    assert facts['xpu_pci_functions'] is None
+
+
+def test_given_xpu_smi_path_must_exist(tmp_path):
+    result, _ = run(tmp_path, {}, args={'xpu_smi_path': str(tmp_path / 'nope' / 'xpu-smi')})
+    assert result[0] == 'failed'
+    assert 'xpu_smi_path' in result[1]['msg'] and 'not an executable file' in result[1]['msg']
+
+
+def test_check_mode_same_facts(tmp_path):
+    (tmp_path / 'a').mkdir()
+    (tmp_path / 'b').mkdir()
+    normal, _ = run(tmp_path / 'a', host())
+    checked, _ = run(tmp_path / 'b', host(), check_mode=True)
+    assert checked['changed'] is False
+    assert checked['ansible_facts']['xpu_device_count'] == 8
+
+    def strip(facts):  # the node paths differ (two temporary dirs)
+        return dict((k, v) for k, v in facts.items() if k != 'xpu_device_nodes')
+    assert strip(checked['ansible_facts']) == strip(normal['ansible_facts'])
+
+
+# ---------------------------------------------------------------- through ansible
+
+FAKE_SMI = """#!/bin/sh
+case "$1" in
+  -q) cat '{q}' ;;
+  -L) cat '{l}' ;;
+  '') cat '{t}' ;;
+  *) echo "bad option $1" >&2; exit 2 ;;
+esac
+"""
+
+
+@pytest.mark.skipif(not (ROOT / '.venv' / 'bin' / 'ansible').exists(), reason='no .venv/bin/ansible')
+def test_through_ansible(tmp_path):
+    smi = tmp_path / 'bin' / 'xpu-smi'
+    smi.parent.mkdir()
+    smi.write_text(FAKE_SMI.format(q=FIXTURES / 'xpu-smi-q_mixed.txt',
+                                   l=FIXTURES / 'xpu-smi-L_8.txt',
+                                   t=FIXTURES / 'xpu-smi_8_vc.txt'))
+    smi.chmod(0o755)
+    dev = make_dev(tmp_path, skip=(2,))
+    proc = make_proc(tmp_path)
+    env = dict(os.environ,
+               ANSIBLE_CONFIG=str(ROOT / 'ansible.cfg'),
+               ANSIBLE_LOAD_CALLBACK_PLUGINS='1',
+               ANSIBLE_STDOUT_CALLBACK='ansible.builtin.json',
+               ANSIBLE_CACHE_PLUGIN='memory',
+               ANSIBLE_LOCAL_TEMP=str(tmp_path / 'ansible-local'),
+               ANSIBLE_REMOTE_TEMP=str(tmp_path / 'ansible-remote'),
+               PATH=str(smi.parent) + os.pathsep + os.environ.get('PATH', ''))
+    cmd = [str(ROOT / '.venv' / 'bin' / 'ansible'), 'localhost', '-i', 'localhost,', '-c', 'local',
+           '-e', 'ansible_python_interpreter=%s' % sys.executable,
+           '-m', 'xpu_info', '-a',
+           'xpu_smi_path=%s dev_dir=%s proc_dir=%s' % (smi, dev, proc)]
+    out = subprocess.run(cmd, cwd=str(ROOT), env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    doc, _ = json.JSONDecoder().raw_decode(out.stdout[out.stdout.index('{'):])
+    res = doc['plays'][0]['tasks'][0]['hosts']['localhost']
+    facts = res['ansible_facts']
+    assert res['changed'] is False
+    assert facts['xpu_smi_path'] == str(smi)
+    assert facts['xpu_device_count'] == 8
+    assert facts['xpu_driver_version'] == '5.0.21.26'
+    assert facts['xpu_card_variants'] == ['VC', 'VD']
+    assert [d['index'] for d in facts['xpu_devices'] if not d['node_present']] == [2]

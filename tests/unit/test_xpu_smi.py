@@ -1,0 +1,328 @@
+"""Unit tests of module_utils/xpu_smi.py on recorded outputs (tests/unit/fixtures/xpu)."""
+from pathlib import Path
+
+import pytest
+
+from ansible.module_utils import xpu_smi as x
+
+FIXTURES = Path(__file__).resolve().parent / 'fixtures' / 'xpu'
+
+
+def fx(name):
+    return (FIXTURES / name).read_text()
+
+
+# ------------------------------------------------------------------ versions
+
+@pytest.mark.parametrize('version, expected', [
+    ('5.0.21.26', (5, 0, 21, 26)),
+    ('515.58', (515, 58)),
+    ('1.0.2.14.1.54', (1, 0, 2, 14, 1, 54)),
+    (' 5.0.21 ', (5, 0, 21)),
+    ('5.0.21-rc1', (5, 0, 21)),
+])
+def test_version_tuple(version, expected):
+    assert x.version_tuple(version) == expected
+
+
+@pytest.mark.parametrize('bad', ['', 'N/A', 'abc', None])
+def test_version_tuple_rejects_non_versions(bad):
+    with pytest.raises(ValueError):
+        x.version_tuple(bad)
+
+
+@pytest.mark.parametrize('a, b, expected', [
+    ('5.0.21.26', '5.0.21.26', 0),
+    ('5.0.21.27', '5.0.21.26', 1),
+    ('5.0.21.9', '5.0.21.26', -1),      # numeric, not string, comparison
+    ('5.0.22', '5.0.21.26', 1),
+    ('5.0.21', '5.0.21.26', -1),
+    ('1.48', '1.48.0', 0),
+    ('515.58', '5.0.21.26', 1),
+])
+def test_compare_versions(a, b, expected):
+    assert x.compare_versions(a, b) == expected
+
+
+def test_driver_floor():
+    assert x.version_at_least('5.0.21.26', '5.0.21.26')
+    assert x.version_at_least('5.0.22.1', '5.0.21.26')
+    assert not x.version_at_least('5.0.21.9', '5.0.21.26')
+    assert not x.version_at_least(None, '5.0.21.26')
+    assert not x.version_at_least('N/A', '5.0.21.26')
+
+
+@pytest.mark.parametrize('firmware, release', [
+    ('1.0.2.14.1.54', '1.54'),
+    ('1.0.2.14.1.48', '1.48'),
+    ('1.48', '1.48'),
+    ('1.40.0.0', '1.40.0.0'),
+    (None, None),
+])
+def test_firmware_release(firmware, release):
+    assert x.firmware_release(firmware) == release
+
+
+@pytest.mark.parametrize('firmware, ok', [
+    ('1.0.2.14.1.54', True),    # release 1.54 >= 1.48
+    ('1.0.2.14.1.48', True),    # equal
+    ('1.0.2.14.1.40', False),   # release 1.40 < 1.48, although 1.0.2.14 ... looks "new"
+    ('2.0.0.0.1.47', False),    # only the release fields count
+    ('1.0.2.14.2.1', True),     # 2.1 > 1.48
+    ('1.40.0.0', False),        # other shapes compare whole: 1.40 < 1.48
+    ('1.50', True),
+    ('N/A', False),
+    (None, False),
+])
+def test_firmware_at_least_148(firmware, ok):
+    assert x.firmware_at_least(firmware, '1.48') is ok
+
+
+@pytest.mark.parametrize('part, variant', [
+    ('B00100300110312', 'VD'),
+    ('B00100300110112', 'VC'),
+    (' B00100300110112 ', 'VC'),
+    ('B00100300110999', None),
+    (None, None),
+    ('', None),
+])
+def test_card_variant(part, variant):
+    assert x.card_variant(part) == variant
+
+
+@pytest.mark.parametrize('raw, norm', [
+    ('00000000:52:00.0', '0000:52:00.0'),
+    ('0000:5D:00.0', '0000:5d:00.0'),
+    ('d1:00.0', '0000:d1:00.0'),
+    ('nonsense', None),
+    (None, None),
+])
+def test_normalize_bus_id(raw, norm):
+    assert x.normalize_bus_id(raw) == norm
+
+
+# ------------------------------------------------------------------ table
+
+def test_table_8_vc():
+    t = x.parse_table(fx('xpu-smi_8_vc.txt'))
+    assert t['driver_version'] == '5.0.21.26'
+    assert t['runtime_version'] == '5.0.21'
+    assert [d['index'] for d in t['devices']] == list(range(8))
+    assert [d['bus_id'] for d in t['devices']][:2] == ['00000000:52:00.0', '00000000:56:00.0']
+    d0 = t['devices'][0]
+    assert d0['name'] == 'P800 OAM'
+    assert d0['memory_total_mib'] == 98304
+    assert d0['memory_used_mib'] == 0
+    assert d0['power_cap'] == '400W'
+    assert d0['temperature'] == '36C'
+    assert d0['sriov_mode'] == 'Disabled'
+    assert all(d['state'] == 'ok' and d['err_fields'] == [] for d in t['devices'])
+    assert t['processes'] == []
+
+
+def test_table_7_of_8():
+    t = x.parse_table(fx('xpu-smi_7.txt'))
+    assert len(t['devices']) == 7
+    assert t['devices'][-1]['index'] == 6
+
+
+def test_table_515_na_header():
+    t = x.parse_table(fx('xpu-smi_515_na.txt'))
+    assert t['driver_version'] == '515.58'
+    assert t['runtime_version'] is None
+    assert len(t['devices']) == 8
+
+
+def test_header_as_in_the_facts():
+    line = '| XPU-SMI               Driver Version: 5.0.21.26    XPU-RT Version: 5.0.21   |'
+    assert x.parse_header(line) == {'driver_version': '5.0.21.26', 'runtime_version': '5.0.21'}
+    assert x.parse_header('Driver Version: 515.58  XPU-RT Version: N/A') == {
+        'driver_version': '515.58', 'runtime_version': None}
+    assert x.parse_header('nothing here') == {'driver_version': None, 'runtime_version': None}
+
+
+def test_table_rows_as_in_the_facts():
+    text = '\n'.join([
+        '| XPU-SMI               Driver Version: 5.0.21.26    XPU-RT Version: 5.0.21   |',
+        '|   0  P800 OAM           N/A   | 00000000:52:00.0 N/A |                    0 |',
+        '| N/A   38C  N/A     85W / 400W |      0MiB / 98304MiB |      0%      Default |',
+        '|                               |      0MiB /    96MiB |             Disabled |',
+    ])
+    t = x.parse_table(text)
+    assert len(t['devices']) == 1
+    d = t['devices'][0]
+    assert (d['index'], d['bus_id'], d['memory_total_mib'], d['temperature'], d['power_draw']) == \
+        (0, '00000000:52:00.0', 98304, '38C', '85W')
+    assert d['state'] == 'ok'
+
+
+def test_table_device_in_error():
+    t = x.parse_table(fx('xpu-smi_error3.txt'))
+    states = [d['state'] for d in t['devices']]
+    assert states == ['ok'] * 3 + ['error'] + ['ok'] * 4
+    bad = t['devices'][3]
+    assert bad['bus_id'] == '00000000:61:00.0'
+    assert 'temp' in bad['err_fields'] and 'mem_used' in bad['err_fields']
+    assert bad['memory_used_mib'] is None
+    assert bad['memory_total_mib'] == 98304
+
+
+def test_table_processes():
+    t = x.parse_table(fx('xpu-smi_busy3.txt'))
+    assert len(t['processes']) == 1
+    proc = t['processes'][0]
+    assert proc['xpu'] == 3 and proc['name'] == 'sleep' and proc['pid'] > 0
+    assert proc['memory_mib'] is None
+
+
+def test_table_of_nothing():
+    t = x.parse_table('')
+    assert t == {'driver_version': None, 'runtime_version': None, 'devices': [], 'processes': []}
+
+
+# ------------------------------------------------------------------ -q
+
+def test_query_8_vc():
+    q = x.parse_query(fx('xpu-smi-q_8_vc.txt'))
+    assert q['driver_version'] == '5.0.21.26'
+    assert q['runtime_version'] == '5.0.21'
+    assert q['attached'] == 8
+    assert len(q['devices']) == 8
+    d = q['devices'][5]
+    assert d['index'] == 5
+    assert d['name'] == 'P800 OAM'
+    assert d['brand'] == 'KUNLUNXIN'
+    assert d['architecture'] == 'KL3'
+    assert d['part_number'] == 'B00100300110112'
+    assert d['card_variant'] == 'VC'
+    assert d['firmware_version'] == '1.0.2.14.1.54'
+    assert d['device_id'] == '0x36862057'
+    assert d['bus_id'] == '00000000:d5:00.0'
+    assert d['memory_total_mib'] == 98304
+    assert d['uuid'].startswith('XPU-')
+    assert d['serial']
+    assert len(set(dev['uuid'] for dev in q['devices'])) == 8
+
+
+def test_query_sections_do_not_mix():
+    d = x.parse_query(fx('xpu-smi-q_8_vc.txt'))['devices'][0]
+    # "Utilization/Memory" and "Memory Usage/Total" are different keys
+    assert d['raw']['Utilization/Memory'] == '0 %'
+    assert d['raw']['Memory Usage/Total'] == '98304 MiB'
+    assert d['raw']['Power Readings/Power Limit'] == '400.00 W'
+
+
+def test_query_variants():
+    mixed = x.parse_query(fx('xpu-smi-q_mixed.txt'))
+    assert [d['card_variant'] for d in mixed['devices']] == ['VC'] * 4 + ['VD'] * 4
+    vd = x.parse_query(fx('xpu-smi-q_8_vd.txt'))
+    assert set(d['part_number'] for d in vd['devices']) == {'B00100300110312'}
+
+
+def test_query_one_device():
+    q = x.parse_query(fx('xpu-smi-q_id2.txt'))
+    assert q['attached'] == 8
+    assert [d['index'] for d in q['devices']] == [2]
+
+
+def test_query_device_in_error_keeps_identity():
+    d = x.parse_query(fx('xpu-smi-q_error3.txt'))['devices'][3]
+    assert d['raw']['Memory Usage/Used'] == 'Unknown Error'
+    assert d['memory_used_mib'] is None
+    assert d['part_number'] == 'B00100300110112'
+
+
+def test_query_old_firmware():
+    q = x.parse_query(fx('xpu-smi-q_old_firmware.txt'))
+    assert {d['firmware_version'] for d in q['devices']} == {'1.0.2.14.1.40'}
+    assert not x.firmware_at_least(q['devices'][0]['firmware_version'], '1.48')
+
+
+# ------------------------------------------------------------------ -L
+
+def test_list():
+    devs = x.parse_list(fx('xpu-smi-L_8.txt'))
+    assert [d['index'] for d in devs] == list(range(8))
+    assert devs[0]['name'] == 'P800 OAM'
+    assert devs[0]['uuid'].startswith('XPU-')
+    assert len(x.parse_list(fx('xpu-smi-L_7.txt'))) == 7
+    assert x.parse_list('XPU 3: P800 PCIe') == [{'index': 3, 'name': 'P800 PCIe', 'uuid': None}]
+    assert x.parse_list('No XPU device found') == []
+
+
+# ------------------------------------------------------------------ lspci
+
+def test_lspci_dn_and_dnn():
+    dn = x.parse_lspci(fx('lspci-Dn_8.txt'))
+    dnn = x.parse_lspci(fx('lspci-Dnn_8.txt'))
+    assert len(dn) == len(dnn) == 8
+    assert dn == dnn
+    assert dn[0] == {'slot': '0000:52:00.0', 'vendor': '2057', 'device': '3686', 'rev': '01'}
+    assert len(x.parse_lspci(fx('lspci-Dn_7.txt'))) == 7
+
+
+def test_lspci_vendors_and_device_ids():
+    found = x.parse_lspci(fx('lspci-Dnn_mixed_vendors.txt'))
+    assert [(f['vendor'], f['device']) for f in found] == [
+        ('1d22', '3686'), ('1d22', '3688'), ('2057', '3689'), ('2057', '3687')]
+    everything = x.parse_lspci(fx('lspci-Dnn_mixed_vendors.txt'), vendors=None, devices=None)
+    assert len(everything) == 7
+
+
+# ------------------------------------------------------------------ lsmod, /proc
+
+def test_lsmod():
+    assert x.kunlun_modules_loaded(fx('lsmod_kunlun.txt')) == ['kunlun', 'kunlun_peermem']
+    assert x.kunlun_modules_loaded(fx('lsmod_none.txt')) == []
+    mods = x.parse_lsmod(fx('lsmod_host.txt'))
+    assert mods['kunlun'] == {'size': 1658880, 'used': 1, 'used_by': ['kunlun_peermem']}
+    assert mods['ib_uverbs']['used_by'] == ['kunlun_peermem', 'rdma_ucm']
+    assert mods['overlay']['used_by'] == []
+    assert x.parse_lsmod(fx('lsmod_busy.txt'))['kunlun']['used'] == 2
+
+
+def test_proc_modules():
+    mods = x.parse_lsmod(fx('proc_modules.txt'))
+    assert x.kunlun_modules_loaded(fx('proc_modules.txt')) == ['kunlun', 'kunlun_peermem']
+    assert mods['kunlun']['used_by'] == ['kunlun_peermem']
+    assert mods['kunlun_peermem']['used_by'] == []
+
+
+def test_proc_version():
+    assert x.parse_proc_version(fx('proc_kunlun_version.txt')) == '5.0.21.26'
+    assert x.parse_proc_version('') is None
+    assert x.parse_proc_version(None) is None
+
+
+@pytest.mark.parametrize('text, expected', [
+    ('RUNNING\n', ('ok', 'RUNNING')),
+    ('HANG\n', ('error', 'HANG')),
+    ('', ('error', '')),
+    (None, (None, None)),
+])
+def test_device_state(text, expected):
+    assert x.device_state(text) == expected
+
+
+# ------------------------------------------------------------------ merge
+
+def test_merge_mixed():
+    devs = x.merge_devices(x.parse_table(fx('xpu-smi_8_vc.txt')),
+                           x.parse_query(fx('xpu-smi-q_mixed.txt')),
+                           x.parse_list(fx('xpu-smi-L_8.txt')))
+    assert len(devs) == 8
+    assert [d['card_variant'] for d in devs] == ['VC'] * 4 + ['VD'] * 4
+    assert all(d['device_id'] == '0x36862057' for d in devs)
+    assert devs[7]['bus_id'] == '00000000:de:00.0'
+
+
+def test_merge_without_table_uses_query():
+    devs = x.merge_devices({'devices': []}, x.parse_query(fx('xpu-smi-q_7.txt')))
+    assert len(devs) == 7
+    assert devs[0]['memory_total_mib'] == 98304
+
+
+def test_merge_error_state_survives():
+    devs = x.merge_devices(x.parse_table(fx('xpu-smi_error3.txt')),
+                           x.parse_query(fx('xpu-smi-q_error3.txt')))
+    assert [d['index'] for d in devs if d['state'] == 'error'] == [3]
