@@ -111,6 +111,13 @@ def test_bundle_checksum_mismatch(inventory, run_preflight, tmp_path):
     assert_refused_before_hosts(rc, out, "drivers/xre-Linux-x86_64-5.0.21.26.run: sha256", "the manifest says 1111")
 
 
+def test_ansible_version_range(inventory, run_preflight):
+    inventory.update("group_vars/all/preflight.yml", preflight_ansible_max_version="2.19.0")
+    rc, out = run_preflight(inventory)
+    assert rc != 0
+    assert_refused_before_hosts(rc, out, "is outside the tested range", "make setup")
+
+
 def inventory_components():
     import copy
     from pathlib import Path

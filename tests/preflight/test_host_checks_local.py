@@ -71,3 +71,19 @@ def test_empty_disk_is_reported_empty(inventory, run_preflight, loop_disk):
     point_disks(inventory, [loop_disk])
     rc, out = run_preflight(inventory)
     assert "%s: empty" % loop_disk in out, out[-3000:]
+
+
+@pytest.mark.parametrize("setting, needle", [
+    ({"preflight_supported_os": {"Ubuntu": ["22.04"]}}, "kunlun-fleet supports"),
+    ({"preflight_min_python": "3.99"}, "the modules need 3.99 or newer"),
+    ({"preflight_min_root_free_gib": 10000000}, "10000000 GiB are needed"),
+    ({"preflight_min_data_gib": 100000}, "at least 100000 GiB are needed. Fix: add disks"),
+])
+def test_host_limits(inventory, run_preflight, loop_disk, setting, needle):
+    inventory.local_connection()
+    point_disks(inventory, [loop_disk])
+    inventory.update("group_vars/all/preflight.yml", **setting)
+    rc, out = run_preflight(inventory, "--limit", "p800-a01")
+    assert rc != 0
+    assert needle in out, out[-3000:]
+

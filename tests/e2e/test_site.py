@@ -1,0 +1,55 @@
+"""site.yml end to end on the 3-host sim fleet, then the checks an operator would make."""
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.sim
+
+
+def run_site(*extra):
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0")
+    proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", "inventories/sim", "site.yml", *extra],
+                          cwd=ROOT, env=env, text=True, capture_output=True, timeout=3600)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def recap(out):
+    """{host: {ok, changed, failed, ...}} from the PLAY RECAP."""
+    hosts = {}
+    for line in out.split("PLAY RECAP")[-1].splitlines():
+        m = re.match(r"^(\S+)\s+:\s+(.*)$", line.strip())
+        if m:
+            hosts[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
+    return hosts
+
+
+@pytest.fixture(scope="module")
+def first_run(sim_fleet):
+    rc, out = run_site()
+    assert rc == 0, out[-6000:]
+    return out
+
+
+def test_first_run_reaches_every_host(first_run):
+    hosts = recap(first_run)
+    assert {"kf-node-1", "kf-node-2", "kf-node-3"} <= set(hosts), hosts
+    assert all(h["failed"] == 0 and h["unreachable"] == 0 for h in hosts.values()), hosts
+
+
+def test_second_run_changes_nothing(first_run):
+    rc, out = run_site()
+    assert rc == 0, out[-6000:]
+    changed = {h: r["changed"] for h, r in recap(out).items() if r["changed"]}
+    assert changed == {}, "second run changed: %s\n%s" % (changed, out[-4000:])
+
+
+def test_check_diff_changes_nothing(first_run):
+    rc, out = run_site("--check", "--diff")
+    assert rc == 0, out[-6000:]
+    changed = {h: r["changed"] for h, r in recap(out).items() if r["changed"]}
+    assert changed == {}, "check mode reports changes on a converged fleet: %s\n%s" % (changed, out[-4000:])
