@@ -84,12 +84,13 @@ def build_parser():
     p.add_argument("--no-base-image", action="store_true",
                    help="the base image comes from a registry, not from the bundle")
     p.set_defaults(func=cmd_bundle_check)
-    try:
-        from kunlun_fleet.sim.cli import register
-    except ImportError:  # the sim tooling is optional for operators of real fleets
-        register = None
-    if register:
-        register(sub)
+    try:  # the sim tooling is optional for operators of real fleets
+        from kunlun_fleet.sim import bundle as sim_bundle, cli as sim_cli
+    except ImportError:
+        sim_bundle = sim_cli = None
+    for extension in (sim_cli, sim_bundle):
+        if extension is not None:
+            extension.register(sub)
     return parser
 
 

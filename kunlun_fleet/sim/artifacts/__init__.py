@@ -1,0 +1,1 @@
+"""Sources of the vendor-artifact stand-ins that `kunlun_fleet/sim/bundle.py` builds."""

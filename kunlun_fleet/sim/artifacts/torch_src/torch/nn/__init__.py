@@ -1,0 +1,1 @@
+from torch.nn import functional  # noqa: F401

@@ -1,0 +1,243 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Scheduler and token pacing of the serving engine.
+
+Continuous batching with chunked prefill, like vLLM v1: up to `max_num_seqs` sequences
+run; the rest wait in FIFO order (vllm:num_requests_waiting). The engine advances in
+steps with a token budget of `max_num_batched_tokens` (default 8192): every decoding
+sequence gets one token, the rest of the budget prefills prompts (oldest first) and
+admits waiting requests. A sequence's first token comes in the step that finishes its
+prefill.
+
+Step time (seconds), B = decoding sequences in the step, P = prompt tokens prefilled in it:
+
+    step(B, P) = t1 + k * (B - 1) + p * P
+
+    t1 = 1 / single_stream_tok_s                 one stream alone: 35 tok/s by default
+    k  = (256 / peak_tok_s - t1) / 255            decode-only throughput at 256 seqs = peak
+    p  = 1 / prefill_tok_s                        prompt tokens per second of prefill
+
+Defaults (one P800 host at TP 8, calibrated on the measured figures with this scheduler):
+single stream 35 tok/s; decode-only 4850 output tok/s at 256 running (the measured
+steady-state peak); prefill 9700 prompt tok/s, which makes 512-in/512-out x 256 land at
+~3200 output tok/s (measured 3201.71). Decode-only throughput at B running,
+B / (t1 + k (B-1)): 1 -> 35, 16 -> 533, 64 -> 1852, 128 -> 3150, 256 -> 4850
+(max_num_seqs caps B, so the aggregate saturates there). With prompts of 512 tokens:
+16 streams ~505, 64 ~1550, 256 ~3200 output tok/s. 32768-in/256-out x 16 gives ~65
+tok/s, prefill-bound (measured 84: the one figure this model undershoots).
+
+Environment (read once at start):
+    KUNLUN_SIM_TOKENS_PER_SECOND          single-stream decode rate (default 35)
+    KUNLUN_SIM_PEAK_TOKENS_PER_SECOND     decode-only aggregate at 256 running (4850)
+    KUNLUN_SIM_PREFILL_TOKENS_PER_SECOND  prefill rate (9700)
+    KUNLUN_SIM_KV_CACHE_TOKENS            KV cache capacity in tokens, for kv_cache_usage_perc
+"""
+import asyncio
+import collections
+import hashlib
+import os
+import time
+
+WORDS = (
+    "the model answers with tokens from a fixed list of plain english words so that every "
+    "reply is deterministic for a given prompt while still looking like ordinary text "
+    "about servers accelerators memory bandwidth tensor parallel kernels batches queues "
+    "latency throughput cache prefill decode weights layers attention linear state "
+    "request response stream endpoint fleet host card driver image container service "
+    "deploy rollout check verify measure report result value number figure time rate"
+).split()
+
+
+def env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+class OutOfMemoryError(RuntimeError):
+    """torch.OutOfMemoryError"""
+
+    __module__ = "torch"
+
+
+class Pacing:
+    def __init__(self):
+        single = max(env_float("KUNLUN_SIM_TOKENS_PER_SECOND", 35.0), 0.001)
+        peak = max(env_float("KUNLUN_SIM_PEAK_TOKENS_PER_SECOND", 4850.0), 0.001)
+        prefill = max(env_float("KUNLUN_SIM_PREFILL_TOKENS_PER_SECOND", 9700.0), 0.001)
+        self.t1 = 1.0 / single
+        self.k = max((256.0 / peak - self.t1) / 255.0, 0.0)
+        self.p = 1.0 / prefill
+
+    def step_time(self, running: int, prefill_tokens: int) -> float:
+        return self.t1 + self.k * max(running - 1, 0) + self.p * prefill_tokens
+
+
+class Sequence:
+    """One generation: prompt length, limits, and where its tokens go."""
+
+    def __init__(self, request_id, index, prompt_tokens, max_tokens, seed_text, out,
+                 ignore_eos=False, min_tokens=0):
+        self.request_id = request_id
+        self.index = index
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.out = out  # asyncio.Queue of (index, text or None, finish_reason or None)
+        digest = hashlib.sha256(seed_text.encode("utf-8", "replace")).digest()
+        self.seed = int.from_bytes(digest[:8], "big")
+        # Where the "model" would emit its end-of-sequence token.
+        self.natural_length = None if ignore_eos else max(24 + self.seed % 377, min_tokens)
+        self.generated = 0
+        self.prefill_left = max(int(prompt_tokens), 1)
+        self.arrival = time.monotonic()
+        self.scheduled = None
+        self.first_token = None
+        self.last_token = None
+        self.finished = None
+        self.aborted = False
+
+    def next_word(self) -> str:
+        i = (self.seed + self.generated * 2654435761) % len(WORDS)
+        word = WORDS[i]
+        return (" " if self.generated else "") + word
+
+
+class Engine:
+    def __init__(self, max_num_seqs: int, metrics, max_num_batched_tokens: int = 8192):
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max(max_num_batched_tokens, max_num_seqs)
+        self.pacing = Pacing()
+        self.metrics = metrics
+        self.running = []
+        self.waiting = collections.deque()
+        self.wake = asyncio.Event()
+        self.kv_capacity = max(env_float("KUNLUN_SIM_KV_CACHE_TOKENS", 2_000_000), 1.0)
+        # Running sequences at which the SSM state no longer fits next to the KV cache
+        # (None: never). Set by the server from --gpu-memory-utilization and
+        # --mamba-ssm-cache-dtype; reaching it kills the engine like an XPU OOM.
+        self.oom_at = None
+        self.oom_reason = ""
+        self.dead = None
+
+    def add(self, seq: Sequence) -> None:
+        if self.add_dead_check(seq):
+            return
+        self.waiting.append(seq)
+        self.wake.set()
+        self.metrics.set_queue(len(self.running), len(self.waiting))
+
+    def abort(self, request_id: str) -> None:
+        for seq in list(self.waiting) + self.running:
+            if seq.request_id == request_id and seq.finished is None:
+                seq.aborted = True
+
+    def kv_usage(self) -> float:
+        used = sum(s.prompt_tokens + s.generated for s in self.running)
+        return min(used / self.kv_capacity, 1.0)
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = None  # planned end of the current step (keeps the rate exact under load)
+        while True:
+            if not self.running and not self.waiting:
+                deadline = None
+                self.wake.clear()
+                await self.wake.wait()
+                continue
+            # Token budget of one step (chunked prefill): one token per decoding sequence,
+            # the rest goes to prompts being prefilled, oldest first; new requests are
+            # admitted while there are free sequence slots and budget left.
+            budget = self.max_num_batched_tokens
+            decoding = [s for s in self.running if s.prefill_left == 0 and not s.aborted]
+            budget -= len(decoding)
+            prefill = 0
+            completing = []
+            for seq in self.running:
+                if seq.prefill_left > 0 and budget > 0 and not seq.aborted:
+                    chunk = min(seq.prefill_left, budget)
+                    seq.prefill_left -= chunk
+                    budget -= chunk
+                    prefill += chunk
+                    if seq.prefill_left == 0:
+                        completing.append(seq)
+            while self.waiting and len(self.running) < self.max_num_seqs and budget > 0:
+                seq = self.waiting.popleft()
+                if seq.aborted:
+                    self._finish(seq, "abort")
+                    continue
+                seq.scheduled = time.monotonic()
+                chunk = min(seq.prefill_left, budget)
+                seq.prefill_left -= chunk
+                budget -= chunk
+                prefill += chunk
+                self.running.append(seq)
+                if seq.prefill_left == 0:
+                    completing.append(seq)
+            self.metrics.set_queue(len(self.running), len(self.waiting), self.kv_usage())
+            if self.oom_at is not None and len(self.running) >= self.oom_at:
+                self._die(OutOfMemoryError(
+                    "XPU out of memory. Tried to allocate 1.50 GiB. XPU 0 has a total capacity of "
+                    "96.00 GiB of which 212.00 MiB is free. Of the allocated memory 94.61 GiB is "
+                    f"allocated by PyTorch ({self.oom_reason}, {len(self.running)} running "
+                    "sequences)"))
+                return
+            if not self.running:
+                continue
+            start = loop.time()
+            dt = self.pacing.step_time(len(decoding), prefill)
+            if deadline is None or deadline < start - dt:
+                deadline = start
+            deadline += dt
+            await asyncio.sleep(max(deadline - loop.time(), 0.0))
+            now = time.monotonic()
+            self.metrics.iteration(len(decoding), prefill, loop.time() - start)
+            still = []
+            emitting = set(map(id, decoding)) | set(map(id, completing))
+            for seq in self.running:
+                if seq.aborted:
+                    self._finish(seq, "abort")
+                    continue
+                if id(seq) not in emitting:
+                    still.append(seq)
+                    continue
+                text = seq.next_word()
+                seq.generated += 1
+                if seq.first_token is None:
+                    seq.first_token = now
+                else:
+                    self.metrics.observe_itl(now - seq.last_token)
+                seq.last_token = now
+                reason = None
+                if seq.natural_length is not None and seq.generated >= seq.natural_length:
+                    reason = "stop"
+                elif seq.max_tokens is not None and seq.generated >= seq.max_tokens:
+                    reason = "length"
+                seq.out.put_nowait((seq.index, text, reason))
+                if reason:
+                    self._finish(seq, reason, notify=False)
+                else:
+                    still.append(seq)
+            self.running = still
+            self.metrics.set_queue(len(self.running), len(self.waiting), self.kv_usage())
+
+    def _die(self, exc: Exception) -> None:
+        """Engine failure: every request in flight ends with an error."""
+        self.dead = exc
+        for seq in self.running + list(self.waiting):
+            seq.finished = time.monotonic()
+            seq.out.put_nowait((seq.index, None, "error"))
+        self.running, self.waiting = [], collections.deque()
+        self.metrics.set_queue(0, 0, 0.0)
+
+    def add_dead_check(self, seq: Sequence) -> bool:
+        if self.dead is None:
+            return False
+        seq.finished = time.monotonic()
+        seq.out.put_nowait((seq.index, None, "error"))
+        return True
+
+    def _finish(self, seq: Sequence, reason: str, notify: bool = True) -> None:
+        seq.finished = time.monotonic()
+        if notify:
+            seq.out.put_nowait((seq.index, None, reason))
+        self.metrics.finished(seq, reason)

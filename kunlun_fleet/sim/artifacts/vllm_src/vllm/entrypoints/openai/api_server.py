@@ -1,0 +1,566 @@
+# SPDX-License-Identifier: Apache-2.0
+"""vLLM's OpenAI-compatible API server (`python -m vllm.entrypoints.openai.api_server`).
+
+Standard library only: an asyncio HTTP/1.1 server with the endpoints, authentication,
+error formats and log lines of vllm 0.15.1, in front of the engine in
+`vllm.engine.pacing` (continuous batching, queueing beyond --max-num-seqs, token pacing).
+
+Start-up follows vllm: parse and validate the arguments, bind the socket (not yet
+listening, so clients get "connection refused" while the model loads), resolve the model
+(local directory or hub id; HF_HUB_OFFLINE=1 is honoured), check config.json against the
+arguments, check the visible devices against the parallel size, load the weights
+(KUNLUN_SIM_LOAD_SECONDS, default 20), then listen and serve.
+"""
+import asyncio
+import email.utils
+import json
+import os
+import signal
+import socket
+import time
+import uuid
+from urllib.parse import urlsplit
+
+from vllm.engine import model_check
+from vllm.engine.metrics import Metrics
+from vllm.engine.pacing import Engine, Sequence, env_float
+from vllm.entrypoints.openai.cli_args import (DEFAULTS, FlexibleArgumentParser,
+                                              make_arg_parser, validate_api_server_args,
+                                              validate_parsed_serve_args)
+from vllm.logger import init_logger, uvicorn_log
+from vllm.version import __version__ as VLLM_VERSION
+
+logger = init_logger("vllm.entrypoints.openai.api_server")
+
+REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+           405: "Method Not Allowed", 413: "Request Entity Too Large",
+           500: "Internal Server Error", 503: "Service Unavailable"}
+ROUTES = [
+    ("/openapi.json", "GET, HEAD"), ("/docs", "GET, HEAD"), ("/docs/oauth2-redirect", "GET, HEAD"),
+    ("/redoc", "GET, HEAD"), ("/health", "GET"), ("/load", "GET"), ("/ping", "GET, POST"),
+    ("/version", "GET"), ("/v1/models", "GET"), ("/v1/chat/completions", "POST"),
+    ("/v1/completions", "POST"), ("/metrics", "GET"),
+]
+
+
+def dumps(obj) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def error_body(message: str, err_type: str = "BadRequestError", code: int = 400, param=None):
+    return {"error": {"message": message, "type": err_type, "param": param, "code": code}}
+
+
+class HTTPError(Exception):
+    def __init__(self, status, body):
+        super().__init__(status)
+        self.status, self.body = status, body
+
+
+class Connection:
+    def __init__(self, reader, writer):
+        self.reader, self.writer = reader, writer
+
+    def _head(self, status, headers):
+        lines = [f"HTTP/1.1 {status} {REASONS.get(status, 'OK')}",
+                 f"date: {email.utils.formatdate(usegmt=True)}", "server: uvicorn"]
+        lines += [f"{k}: {v}" for k, v in headers]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+    async def send(self, status, body: bytes, content_type="application/json", extra=()):
+        headers = [("content-length", str(len(body))), ("content-type", content_type)]
+        self.writer.write(self._head(status, headers + list(extra)) + body)
+        await self.writer.drain()
+
+    async def start_stream(self, content_type="text/event-stream; charset=utf-8"):
+        self.writer.write(self._head(200, [("content-type", content_type),
+                                           ("transfer-encoding", "chunked")]))
+        await self.writer.drain()
+
+    async def chunk(self, data: bytes):
+        self.writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+        await self.writer.drain()
+
+    async def end_stream(self):
+        self.writer.write(b"0\r\n\r\n")
+        await self.writer.drain()
+
+
+class Server:
+    def __init__(self, args, model_dir, config, max_model_len, tokenizer):
+        self.args = args
+        self.model_dir = model_dir
+        self.config = config
+        self.max_model_len = max_model_len
+        self.tokenizer = tokenizer
+        names = args.served_model_name or [args.model]
+        self.served_names = list(names)
+        self.metrics = Metrics(self.served_names[0])
+        self.engine = Engine(args.max_num_seqs or 256, self.metrics,
+                             args.max_num_batched_tokens or 8192)
+        self.engine.oom_at, self.engine.oom_reason = oom_threshold(args, config)
+        keys = args.api_key or ([os.environ["VLLM_API_KEY"]] if os.environ.get("VLLM_API_KEY") else None)
+        self.api_keys = set(keys) if keys else None
+        self.created = int(time.time())
+        self.stats = {"prompt": 0, "gen": 0, "t": time.monotonic()}
+
+    # ---------------------------------------------------------------- connection loop
+    async def handle(self, reader, writer):
+        conn = Connection(reader, writer)
+        peer = writer.get_extra_info("peername") or ("-", 0)
+        try:
+            while True:
+                line = await reader.readline()
+                if not line:
+                    break
+                try:
+                    method, target, version = line.decode("latin-1").rstrip("\r\n").split(" ", 2)
+                except ValueError:
+                    await conn.send(400, b"Invalid HTTP request received.", "text/plain; charset=utf-8")
+                    break
+                headers = {}
+                while True:
+                    h = await reader.readline()
+                    if h in (b"\r\n", b"\n", b""):
+                        break
+                    key, _, value = h.decode("latin-1").partition(":")
+                    headers[key.strip().lower()] = value.strip()
+                body = b""
+                if "content-length" in headers:
+                    body = await reader.readexactly(int(headers["content-length"]))
+                elif headers.get("transfer-encoding", "").lower() == "chunked":
+                    while True:
+                        size = int((await reader.readline()).split(b";")[0].strip() or b"0", 16)
+                        if size == 0:
+                            await reader.readline()
+                            break
+                        body += await reader.readexactly(size)
+                        await reader.readline()
+                status = await self.dispatch(conn, method.upper(), target, headers, body)
+                if not self.args.disable_uvicorn_access_log:
+                    uvicorn_log("INFO", f'{peer[0]}:{peer[1]} - "{method} {target} {version}" '
+                                        f"{status} {REASONS.get(status, 'OK')}")
+                if version != "HTTP/1.1" or headers.get("connection", "").lower() == "close":
+                    break
+        except (ConnectionError, asyncio.IncompleteReadError, ValueError):
+            pass
+        finally:
+            try:
+                writer.close()
+            except Exception:  # pragma: no cover
+                pass
+
+    async def dispatch(self, conn, method, target, headers, body) -> int:
+        path = urlsplit(target).path
+        root = self.args.root_path or ""
+        if root and path.startswith(root):
+            path = path[len(root):] or "/"
+        try:
+            if path.startswith("/v1") and method != "OPTIONS" and self.api_keys is not None:
+                auth = headers.get("authorization", "")
+                if not (auth.startswith("Bearer ") and auth[7:] in self.api_keys):
+                    await conn.send(401, dumps({"error": "Unauthorized"}))
+                    return 401
+            allowed = dict(ROUTES).get(path)
+            if allowed is None or path in ("/openapi.json", "/docs", "/redoc", "/docs/oauth2-redirect"):
+                await conn.send(404, dumps({"detail": "Not Found"}))
+                return 404
+            if method not in allowed.split(", ") and not (method == "HEAD" and "GET" in allowed):
+                await conn.send(405, dumps({"detail": "Method Not Allowed"}), extra=[("allow", allowed)])
+                return 405
+            if path in ("/health", "/ping"):
+                status = 503 if self.engine.dead is not None else 200
+                await conn.send(status, b"", "application/json")
+                return status
+            if path == "/load":
+                await conn.send(200, dumps({"server_load": self.engine_load()}))
+                return 200
+            if path == "/version":
+                await conn.send(200, dumps({"version": VLLM_VERSION}))
+                return 200
+            if path == "/metrics":
+                await conn.send(200, self.metrics.render().encode(),
+                                "text/plain; version=0.0.4; charset=utf-8")
+                return 200
+            if path == "/v1/models":
+                await conn.send(200, dumps(self.models()))
+                return 200
+            try:
+                request = json.loads(body or b"{}")
+                if not isinstance(request, dict):
+                    raise ValueError("body is not an object")
+            except ValueError as exc:
+                raise HTTPError(400, error_body(f"JSON decode error: {exc}"))
+            return await self.generate(conn, request, chat=(path == "/v1/chat/completions"))
+        except HTTPError as exc:
+            await conn.send(exc.status, dumps(exc.body))
+            return exc.status
+
+    def engine_load(self):
+        return len(self.engine.running) + len(self.engine.waiting)
+
+    def models(self):
+        data = []
+        for name in self.served_names:
+            data.append({
+                "id": name, "object": "model", "created": self.created, "owned_by": "vllm",
+                "root": self.args.model, "parent": None, "max_model_len": self.max_model_len,
+                "permission": [{
+                    "id": f"modelperm-{uuid.uuid4().hex}", "object": "model_permission",
+                    "created": self.created, "allow_create_engine": False,
+                    "allow_sampling": True, "allow_logprobs": True,
+                    "allow_search_indices": False, "allow_view": True,
+                    "allow_fine_tuning": False, "organization": "*", "group": None,
+                    "is_blocking": False}],
+            })
+        return {"object": "list", "data": data}
+
+    # ---------------------------------------------------------------- generation
+    def _check_request(self, request, chat):
+        model = request.get("model")
+        if model is not None and model not in self.served_names:
+            raise HTTPError(404, error_body(f"The model `{model}` does not exist.",
+                                            "NotFoundError", 404, "model"))
+        if chat:
+            messages = request.get("messages")
+            if not isinstance(messages, list) or not messages:
+                raise HTTPError(400, error_body("messages: Field required"))
+            prompts = [self.tokenizer.chat(messages)]
+            tools = request.get("tools")
+            choice = request.get("tool_choice", "auto" if tools else "none")
+            if tools and choice == "auto" and not (self.args.enable_auto_tool_choice and self.args.tool_call_parser):
+                raise HTTPError(400, error_body(
+                    '"auto" tool choice requires --enable-auto-tool-choice and '
+                    "--tool-call-parser to be set"))
+            max_tokens = request.get("max_completion_tokens", request.get("max_tokens"))
+        else:
+            prompt = request.get("prompt")
+            if prompt is None:
+                raise HTTPError(400, error_body("prompt: Field required"))
+            if isinstance(prompt, str):
+                prompts = [prompt]
+            elif isinstance(prompt, list) and prompt and all(isinstance(x, int) for x in prompt):
+                prompts = [prompt]
+            elif isinstance(prompt, list) and prompt:
+                prompts = prompt
+            else:
+                raise HTTPError(400, error_body("Prompt cannot be empty"))
+            max_tokens = request.get("max_tokens", 16)
+        if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
+            raise HTTPError(400, error_body("max_tokens must be at least 1, got %s." % max_tokens))
+        n = request.get("n") or 1
+        if not isinstance(n, int) or n < 1:
+            raise HTTPError(400, error_body("n must be at least 1, got %s." % n))
+        return prompts, max_tokens, n
+
+    def _count(self, prompt) -> int:
+        if isinstance(prompt, list):
+            return len(prompt)
+        return max(self.tokenizer.count(prompt), 1)
+
+    async def generate(self, conn, request, chat) -> int:
+        prompts, max_tokens, n = self._check_request(request, chat)
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        model = request.get("model") or self.served_names[0]
+        created = int(time.time())
+        queue = asyncio.Queue()
+        seqs = []
+        for p_index, prompt in enumerate(prompts):
+            count = self._count(prompt)
+            if count >= self.max_model_len:
+                raise HTTPError(400, error_body(
+                    f"This model's maximum context length is {self.max_model_len} tokens. "
+                    f"However, your request has {count} input tokens. Please reduce the "
+                    "length of the input messages."))
+            limit = max_tokens
+            if limit is None:
+                limit = self.max_model_len - count
+            elif count + limit > self.max_model_len:
+                raise HTTPError(400, error_body(
+                    f"'max_tokens' or 'max_completion_tokens' is too large: {limit}. This "
+                    f"model's maximum context length is {self.max_model_len} tokens and your "
+                    f"request has {count} input tokens ({limit} > {self.max_model_len} - {count})."))
+            for j in range(n):
+                text = prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
+                seqs.append(Sequence(rid, p_index * n + j, count, limit,
+                                     f"{text}\x00{j}\x00{request.get('seed', '')}", queue,
+                                     ignore_eos=bool(request.get("ignore_eos")),
+                                     min_tokens=int(request.get("min_tokens") or 0)))
+                seqs[-1].first_of_prompt = (j == 0)
+        for seq in seqs:
+            self.engine.add(seq)
+        if self.args.enable_log_requests:
+            logger.info("Added request %s.", rid)
+        stream = bool(request.get("stream"))
+        opts = request.get("stream_options") or {}
+        include_usage = bool(opts.get("include_usage")) or self.args.enable_force_include_usage
+        try:
+            if stream:
+                return await self._stream(conn, seqs, queue, rid, model, created, chat, include_usage)
+            return await self._complete(conn, seqs, queue, rid, model, created, chat)
+        finally:
+            for seq in seqs:
+                if seq.finished is None:
+                    seq.aborted = True
+                    if seq in self.engine.waiting:
+                        self.engine.waiting.remove(seq)
+                        self.engine._finish(seq, "abort", notify=False)
+
+    async def _complete(self, conn, seqs, queue, rid, model, created, chat) -> int:
+        texts = {s.index: [] for s in seqs}
+        reasons = {}
+        while len(reasons) < len(seqs):
+            index, text, reason = await queue.get()
+            if text is not None:
+                texts[index].append(text)
+            if reason:
+                reasons[index] = reason
+        if any(r == "error" for r in reasons.values()):
+            raise HTTPError(500, error_body(ENGINE_DEAD, "InternalServerError", 500))
+        if all(r == "abort" for r in reasons.values()):
+            raise HTTPError(500, error_body("Request aborted", "InternalServerError", 500))
+        choices = []
+        for s in sorted(seqs, key=lambda s: s.index):
+            text = "".join(texts[s.index])
+            if chat:
+                choices.append({
+                    "index": s.index,
+                    "message": {"role": self.args.response_role or "assistant", "content": text,
+                                "refusal": None, "annotations": None, "audio": None,
+                                "function_call": None, "tool_calls": [],
+                                "reasoning_content": None},
+                    "logprobs": None, "finish_reason": reasons[s.index], "stop_reason": None,
+                    "token_ids": None})
+            else:
+                choices.append({"index": s.index, "text": text, "logprobs": None,
+                                "finish_reason": reasons[s.index], "stop_reason": None,
+                                "token_ids": None, "prompt_logprobs": None,
+                                "prompt_token_ids": None})
+        body = {"id": rid, "object": "chat.completion" if chat else "text_completion",
+                "created": created, "model": model, "choices": choices,
+                "service_tier": None, "system_fingerprint": None,
+                "usage": self.usage(seqs), "prompt_logprobs": None,
+                "prompt_token_ids": None, "kv_transfer_params": None}
+        if not chat:
+            for key in ("prompt_logprobs", "prompt_token_ids"):
+                body.pop(key)
+        await conn.send(200, dumps(body))
+        return 200
+
+    @staticmethod
+    def usage(seqs):
+        prompt = sum(s.prompt_tokens for s in seqs if s.first_of_prompt)
+        completion = sum(s.generated for s in seqs)
+        return {"prompt_tokens": prompt, "total_tokens": prompt + completion,
+                "completion_tokens": completion, "prompt_tokens_details": None}
+
+    async def _stream(self, conn, seqs, queue, rid, model, created, chat, include_usage) -> int:
+        obj = "chat.completion.chunk" if chat else "text_completion"
+
+        def chunk(choices, usage=None, with_usage=False):
+            body = {"id": rid, "object": obj, "created": created, "model": model,
+                    "choices": choices}
+            if with_usage:
+                body["usage"] = usage
+            return b"data: " + dumps(body) + b"\n\n"
+
+        await conn.start_stream()
+        if chat:
+            for s in seqs:
+                await conn.chunk(chunk([{"index": s.index,
+                                         "delta": {"role": self.args.response_role or "assistant",
+                                                   "content": ""},
+                                         "logprobs": None, "finish_reason": None}],
+                                       None, include_usage))
+        done = 0
+        while done < len(seqs):
+            index, text, reason = await queue.get()
+            if reason == "error":
+                await conn.chunk(b"data: " + dumps(error_body(ENGINE_DEAD, "InternalServerError", 500)) + b"\n\n")
+                break
+            if reason:
+                done += 1
+            if text is None and reason is None:
+                continue
+            if chat:
+                delta = {"content": text} if text is not None else {}
+                choice = {"index": index, "delta": delta, "logprobs": None,
+                          "finish_reason": reason}
+            else:
+                choice = {"index": index, "text": text or "", "logprobs": None,
+                          "finish_reason": reason}
+            if reason:
+                choice["stop_reason"] = None
+            await conn.chunk(chunk([choice], None, include_usage))
+        if include_usage:
+            await conn.chunk(chunk([], self.usage(seqs), True))
+        await conn.chunk(b"data: [DONE]\n\n")
+        await conn.end_stream()
+        return 200
+
+    # ---------------------------------------------------------------- stats log
+    async def log_stats(self):
+        last_prompt, last_gen, last = 0, 0, time.monotonic()
+        while True:
+            await asyncio.sleep(10)
+            now = time.monotonic()
+            m = self.metrics
+            dp, dg = m.prompt_tokens - last_prompt, m.generation_tokens - last_gen
+            if dp or dg or m.running or m.waiting:
+                logger.info(
+                    "Engine 000: Avg prompt throughput: %.1f tokens/s, Avg generation "
+                    "throughput: %.1f tokens/s, Running: %d reqs, Waiting: %d reqs, GPU KV "
+                    "cache usage: %.1f%%, Prefix cache hit rate: %.1f%%",
+                    dp / (now - last), dg / (now - last), m.running, m.waiting,
+                    m.kv * 100, 0.0)
+            last_prompt, last_gen, last = m.prompt_tokens, m.generation_tokens, now
+
+
+ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+
+
+def oom_threshold(args, config):
+    """Running sequences at which the SSM state runs out of XPU memory (KUNLUN_FACTS):
+    SSM state in float32 (mamba_ssm_cache_dtype float32, or auto with a float32 model
+    default) from 128 running; at gpu_memory_utilization above 0.8 the KV cache leaves no
+    room for the SSM state of 256 running sequences."""
+    ssm = args.mamba_ssm_cache_dtype
+    if ssm == "auto":
+        ssm = config.get("mamba_ssm_dtype") or config.get("dtype") or "float16"
+    if ssm == "float32":
+        return 128, f"SSM state in float32 (mamba_ssm_cache_dtype={args.mamba_ssm_cache_dtype})"
+    if args.gpu_memory_utilization > 0.8:
+        kv = 96.0 * args.gpu_memory_utilization - 0.16
+        return 256, (f"KV cache {kv:.2f} GiB per card at gpu_memory_utilization="
+                     f"{args.gpu_memory_utilization}, no room for the SSM state")
+    return None, ""
+
+
+def non_default_args(args) -> dict:
+    out = {}
+    for key, value in sorted(vars(args).items()):
+        if key == "model_tag":
+            continue
+        if value != DEFAULTS.get(key) and not (value is False and key not in DEFAULTS):
+            out[key] = value
+    return out
+
+
+def create_server_socket(host, port) -> socket.socket:
+    family = socket.AF_INET6 if host and ":" in host else socket.AF_INET
+    sock = socket.socket(family=family, type=socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if hasattr(socket, "SO_REUSEPORT"):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host or "", port))
+    return sock
+
+
+async def run_server(args) -> None:
+    logger.info("vLLM server version %s, serving model %s", VLLM_VERSION, args.model)
+    logger.info("non-default args: %s", {k: v for k, v in non_default_args(args).items()
+                                          if k != "api_key"})
+    validate_api_server_args(args)
+    sock = create_server_socket(args.host, args.port)
+    sock.setblocking(False)
+
+    model_dir = model_check.resolve_model(args.model)
+    config = model_check.load_config(model_dir)
+    archs = config.get("architectures") or ["Qwen3_5ForCausalLM"]
+    logger.info("Resolved architecture: %s", archs[0])
+    max_model_len = model_check.check_config(args, config)
+    logger.info("Using max model len %d", max_model_len)
+    devices = model_check.check_devices(args)
+    logger.info("Chunked prefill is enabled with max_num_batched_tokens=%d.",
+                args.max_num_batched_tokens or 8192)
+    if args.enable_prefix_caching is not False:
+        logger.info("Prefix caching is enabled (mamba_cache_mode=align).")
+    logger.info("world_size=%d rank=0 local_rank=0 distributed_init_method=env:// backend=nccl "
+                "(%d devices visible)", args.tensor_parallel_size or 1, devices)
+    tokenizer = model_check.Tokenizer(model_dir)
+
+    load_seconds = env_float("KUNLUN_SIM_LOAD_SECONDS", 20.0)
+    start = time.monotonic()
+    logger.info("Starting to load model %s...", model_dir)
+    shards = model_check.read_safetensors(model_dir)
+    for index in range(len(shards)):
+        await asyncio.sleep(load_seconds / max(len(shards), 1) * 0.85)
+    logger.info("Loading weights took %.2f seconds", time.monotonic() - start)
+    logger.info("Model loading took %.4f GiB memory and %.6f seconds",
+                31.0 / max(args.tensor_parallel_size or 1, 1), time.monotonic() - start)
+    await asyncio.sleep(load_seconds * 0.15)
+    kv = model_check.kv_cache_gib(args)
+    kv_tokens = int(kv * 2**30 / 65536)
+    logger.info("Available KV cache memory: %.2f GiB", kv)
+    logger.info("GPU KV cache size: %s tokens", f"{kv_tokens:,}")
+    logger.info("Maximum concurrency for %s tokens per request: %.2fx",
+                f"{max_model_len:,}", kv_tokens / max_model_len)
+    logger.info("init engine (profile, create kv cache, warmup model) took %.2f seconds",
+                time.monotonic() - start)
+
+    server = Server(args, model_dir, config, max_model_len, tokenizer)
+    engine_task = asyncio.ensure_future(server.engine.run())
+    stats_task = None if args.disable_log_stats else asyncio.ensure_future(server.log_stats())
+    host = args.host or "0.0.0.0"
+    logger.info("Starting vLLM API server %d on %s", 0, f"http://{host}:{args.port}")
+    logger.info("Available routes are:")
+    for path, methods in ROUTES:
+        logger.info("Route: %s, Methods: %s", path, methods)
+    sock.listen(2048)
+    http = await asyncio.start_server(server.handle, sock=sock, limit=2**22)
+    uvicorn_log("INFO", f"Started server process [{os.getpid()}]")
+    uvicorn_log("INFO", "Waiting for application startup.")
+    uvicorn_log("INFO", "Application startup complete.")
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+    def engine_done(task):
+        if task.cancelled() or server.engine.dead is None:
+            return
+        exc = server.engine.dead
+        logger.error("EngineCore encountered a fatal error.")
+        logger.error("%s.%s: %s", type(exc).__module__, type(exc).__name__, exc)
+        logger.error("AsyncLLM output_handler failed.")
+        logger.error("vllm.v1.engine.exceptions.EngineDeadError: %s", ENGINE_DEAD)
+        logger.error("Engine core proc EngineCore_DP0 died unexpectedly, shutting down client.")
+        loop.call_later(1.0, stop.set)
+
+    engine_task.add_done_callback(engine_done)
+    await stop.wait()
+    uvicorn_log("INFO", "Shutting down")
+    http.close()
+    uvicorn_log("INFO", "Waiting for application shutdown.")
+    uvicorn_log("INFO", "Application shutdown complete.")
+    uvicorn_log("INFO", f"Finished server process [{os.getpid()}]")
+    engine_task.cancel()
+    if stats_task:
+        stats_task.cancel()
+    if server.engine.dead is not None:
+        raise SystemExit(1)
+
+
+def build_parser() -> FlexibleArgumentParser:
+    parser = FlexibleArgumentParser(description="vLLM OpenAI-Compatible RESTful API server.")
+    return make_arg_parser(parser)
+
+
+def run(args) -> None:
+    if args.model_tag:
+        args.model = args.model_tag
+    validate_parsed_serve_args(args)
+    try:
+        asyncio.run(run_server(args))
+    except KeyboardInterrupt:
+        pass
+
+
+def main(argv=None) -> None:
+    args = build_parser().parse_args(argv)
+    run(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,423 @@
+"""Build the simulated fleet's offline bundle: stand-ins for the vendor's artifacts.
+
+    python -m kunlun_fleet.sim.bundle build --out DIR [--force] [--with-base-image]
+    python -m kunlun_fleet.sim.bundle verify --out DIR
+
+The layout is the one of a real bundle (see the team contract) and every file name comes
+from the pins (`roles/kunlun_stack/defaults/main.yml`, read here, never copied):
+
+    drivers/xre-Linux-x86_64-<ver>.run     the kit's XRE installer (kunlun_fleet/sim/kit/xre.py)
+    torch/xpytorch-...run                  torch 2.5.1 + torch_xmlir, makeself-style installer
+    wheels/kunlun_ops, triton, xspeedgate_ops, cocopod, vllm   stand-in wheels (zipfile-built)
+    wheels/transformers-5.2.0-...whl       the real wheel from PyPI (cached)
+    src/vllm-kunlun-0.15.1.dev0-4885de2.tar.gz   source tree with a C extension, patches
+    models/<dir>/ and models/<dir>.sha256  small model with real config.json and tokenizer
+    images/vllm-kunlun-exp-base.tar        only with --with-base-image (build_base_image)
+    MANIFEST.sha256                        sha256sum lines over every other file, sorted
+
+Outputs are deterministic (fixed timestamps and order in every archive), so the same
+sources give the same bytes and the same manifest. `build` is skipped when the sources,
+the pins and the output are unchanged (a stamp in the sim cache records what was built).
+Files in the bundle that this builder does not own (images/, debs/, wheelhouse/) are kept
+and covered by the manifest.
+"""
+import argparse
+import gzip
+import hashlib
+import importlib.util
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+
+import yaml
+
+from kunlun_fleet.sim.artifacts import model as model_mod
+from kunlun_fleet.sim.artifacts.torch_run import build_torch_run
+from kunlun_fleet.sim.artifacts.wheel import build_wheel, tree_files
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
+PINS_FILE = os.path.join(REPO_ROOT, "roles", "kunlun_stack", "defaults", "main.yml")
+ARTIFACTS = os.path.join(HERE, "artifacts")
+XRE_MODULE = os.path.join(HERE, "kit", "xre.py")
+SIM_HOME = os.path.abspath(os.environ.get("KUNLUN_SIM_HOME", "/var/lib/kunlun-sim"))
+CACHE_DIR = os.path.join(SIM_HOME, "cache")
+MANIFEST = "MANIFEST.sha256"
+OWNED_DIRS = ("drivers", "torch", "wheels", "src", "models")
+
+# cocopod's METADATA version. None: the pinned version (what importlib.metadata reports
+# is then the pin). Set it to a different version (e.g. "0.0.0+torch2.5") to make uv
+# refuse the file unless UV_SKIP_WHEEL_FILENAME_CHECK=1: uv only checks the METADATA
+# version against the file name (not the name, tags or dist-info directory), so a
+# refusal and importlib.metadata reporting the pinned version cannot both hold.
+COCOPOD_METADATA_VERSION = None
+
+WHEEL_RE = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)-(?P<tag>[^-]+-[^-]+-[^-]+)\.whl$")
+
+SMALL_PACKAGES = {
+    "kunlun_ops": ("Kunlunxin XPU operator library for PyTorch",
+                   '"""kunlun_ops: Kunlunxin XPU operators (attention, GEMM, norms, conv1d)."""\n'
+                   '__version__ = "@VERSION@"\n'
+                   'OPS = ("causal_conv1d", "gated_delta_rule", "rms_norm", "silu_and_mul",\n'
+                   '       "w8a8_int8_dynamic", "paged_attention", "rotary_embedding")\n'),
+    "triton": ("A language and compiler for custom Deep Learning operations (Kunlunxin build)",
+               '"""triton 3.0.0 (Kunlunxin XPU backend)."""\n__version__ = "@BASE@"\n'),
+    "xspeedgate_ops": ("Kunlunxin speed-gate operators for torch 2.5",
+                       '"""xspeedgate_ops for torch 2.5."""\n__version__ = "@VERSION@"\n'),
+    "cocopod": ("Kunlunxin communication/compute overlap runtime for torch 2.5",
+                '"""cocopod for torch 2.5."""\n__version__ = "@VERSION@"\n'),
+}
+
+
+def load_pins(path: str = PINS_FILE) -> dict:
+    with open(path, encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+def component(pins: dict, name: str) -> dict:
+    return pins["kunlun_stack_components"][name]
+
+
+def parse_wheel_name(path: str):
+    m = WHEEL_RE.match(os.path.basename(path))
+    if not m:
+        raise ValueError(f"not a wheel file name: {path}")
+    return m.group("name"), m.group("version"), m.group("tag")
+
+
+# --------------------------------------------------------------------------- sources
+def source_files() -> list:
+    """Every input that shapes the bundle (for the up-to-date check)."""
+    files = [os.path.abspath(__file__), PINS_FILE]
+    for root, dirs, names in os.walk(ARTIFACTS):
+        dirs[:] = sorted(d for d in dirs if d not in ("__pycache__", "tools"))
+        files += [os.path.join(root, n) for n in sorted(names) if not n.endswith(".pyc")]
+    xre_dir = os.path.join(HERE, "kit", "xre")
+    if os.path.exists(XRE_MODULE):
+        files.append(XRE_MODULE)
+        for root, dirs, names in os.walk(xre_dir):
+            dirs.sort()
+            files += [os.path.join(root, n) for n in sorted(names) if not n.endswith(".pyc")]
+    return files
+
+
+def sources_hash() -> str:
+    h = hashlib.sha256()
+    for path in source_files():
+        h.update(os.path.relpath(path, REPO_ROOT).encode() + b"\0")
+        with open(path, "rb") as fh:
+            h.update(hashlib.sha256(fh.read()).digest())
+    h.update(str(COCOPOD_METADATA_VERSION).encode())
+    return h.hexdigest()
+
+
+def _stamp_path(out: str) -> str:
+    key = hashlib.sha256(os.path.abspath(out).encode()).hexdigest()[:16]
+    return os.path.join(CACHE_DIR, "bundle-stamps", key)
+
+
+# --------------------------------------------------------------------------- helpers
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _write(path: str, data: bytes, mode: int = 0o644) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def _tar_gz(members: dict, modes: dict) -> bytes:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        dirs = set()
+        for name in sorted(members):
+            parts = name.split("/")[:-1]
+            for i in range(1, len(parts) + 1):
+                d = "/".join(parts[:i])
+                if d not in dirs:
+                    dirs.add(d)
+                    info = tarfile.TarInfo(d)
+                    info.type = tarfile.DIRTYPE
+                    info.mode = 0o755
+                    info.mtime = 0
+                    info.uid = info.gid = 0
+                    info.uname = info.gname = "root"
+                    tar.addfile(info)
+            info = tarfile.TarInfo(name)
+            info.size = len(members[name])
+            info.mode = modes.get(name, 0o644)
+            info.mtime = 0
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            tar.addfile(info, io.BytesIO(members[name]))
+    buf = io.BytesIO()
+    with gzip_file(buf) as gz:
+        gz.write(raw.getvalue())
+    return buf.getvalue()
+
+
+def gzip_file(fileobj):
+    return gzip.GzipFile(filename="", mode="wb", fileobj=fileobj, compresslevel=9, mtime=0)
+
+
+# --------------------------------------------------------------------------- artifacts
+def build_small_wheels(pins: dict, out: str) -> list:
+    written = []
+    for pkg, (summary, init) in SMALL_PACKAGES.items():
+        rel = component(pins, pkg)["artifact"]
+        name, version, tag = parse_wheel_name(rel)
+        base = version.split("+")[0]
+        files = {f"{pkg}/__init__.py": init.replace("@VERSION@", version).replace("@BASE@", base).encode()}
+        kw = {}
+        if pkg == "cocopod" and COCOPOD_METADATA_VERSION:
+            kw["metadata_version"] = COCOPOD_METADATA_VERSION
+        path = os.path.join(out, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        build_wheel(path, name, version, files, tag, summary=summary, **kw)
+        written.append(rel)
+    return written
+
+
+def build_vllm_wheel(pins: dict, out: str) -> str:
+    rel = component(pins, "vllm")["artifact"]
+    name, version, tag = parse_wheel_name(rel)
+    src = os.path.join(ARTIFACTS, "vllm_src")
+    files = tree_files(os.path.join(src, "vllm"), "vllm/")
+    path = os.path.join(out, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    build_wheel(path, name, version, files, tag,
+                summary="A high-throughput and memory-efficient inference and serving engine for LLMs",
+                requires_python="<3.14,>=3.10",
+                extra_metadata=("Author: vLLM Team", "License-Expression: Apache-2.0",
+                                "Project-URL: Homepage, https://github.com/vllm-project/vllm"),
+                entry_points="[console_scripts]\nvllm = vllm.entrypoints.cli.main:main\n")
+    return rel
+
+
+def fetch_transformers(pins: dict, out: str) -> str:
+    """The real transformers wheel, downloaded once into the sim cache."""
+    comp = component(pins, "transformers")
+    rel = comp["artifact"]
+    fname = os.path.basename(rel)
+    cache = os.path.join(CACHE_DIR, "wheels")
+    cached = os.path.join(cache, fname)
+    if not os.path.exists(cached):
+        os.makedirs(cache, exist_ok=True)
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "-d", cache, f"transformers=={comp['version']}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0 or not os.path.exists(cached):
+            raise RuntimeError(
+                f"could not download transformers=={comp['version']} ({fname}) into {cache}:\n"
+                f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    path = os.path.join(out, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if not os.path.exists(path) or sha256_file(path) != sha256_file(cached):
+        shutil.copyfile(cached, path + ".tmp")
+        os.replace(path + ".tmp", path)
+    return rel
+
+
+def build_torch(pins: dict, out: str) -> str:
+    rel = component(pins, "torch")["artifact"]
+    path = os.path.join(out, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="kf-torch-run-") as work:
+        build_torch_run(path, work)
+    return rel
+
+
+def build_vllm_kunlun(pins: dict, out: str) -> str:
+    """Source tarball; members at the archive root (setup.py, vllm_kunlun/, csrc/...)."""
+    rel = component(pins, "vllm_kunlun")["artifact"]
+    src = os.path.join(ARTIFACTS, "vllm_kunlun_src")
+    members = tree_files(src)
+    data = _tar_gz(members, {"setup.py": 0o755, "vllm_kunlun/patches/patch_torch251.py": 0o755})
+    _write(os.path.join(out, rel), data)
+    return rel
+
+
+def build_model(pins: dict, out: str) -> list:
+    model = pins["kunlun_stack_model"]
+    model_dir = os.path.join(out, "models", model["directory"])
+    if os.path.isdir(model_dir):
+        shutil.rmtree(model_dir)
+    names = model_mod.build_model_dir(model_dir, pins)
+    _write(os.path.join(out, model["manifest"]), model_mod.sha256_manifest(model_dir).encode())
+    return [f"models/{model['directory']}/{n}" for n in names] + [model["manifest"]]
+
+
+def build_driver(pins: dict, out: str):
+    """The XRE installer from the kit helper's builder, when it exists."""
+    rel = pins["kunlun_stack_driver"]["artifact"]
+    if not os.path.exists(XRE_MODULE):
+        return None, f"skipped {rel}: {XRE_MODULE} does not exist yet"
+    spec = importlib.util.spec_from_file_location("kunlun_kit_xre", XRE_MODULE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    path = os.path.join(out, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    mod.build_xre_run(pins["kunlun_stack_driver"]["version"], path)
+    return rel, None
+
+
+def build_base_image(pins: dict, out: str) -> str:
+    """images/vllm-kunlun-exp-base.tar: `docker save` of the base image.
+
+    Made by the image tooling (debootstrap root with /opt/vllm_kunlun, uv, gcc and the
+    Python 3.10 headers for vllm-kunlun's C extension, setuptools in the venv).
+    """
+    raise NotImplementedError(
+        f"build_base_image: {pins['kunlun_stack_base_image_archive']} (docker save of "
+        f"{pins['kunlun_stack_base_image']}) is produced by the image tooling; this builder "
+        "does not make it yet")
+
+
+# --------------------------------------------------------------------------- manifest
+def write_manifest(out: str) -> str:
+    lines = []
+    for root, dirs, names in os.walk(out):
+        dirs.sort()
+        for n in names:
+            path = os.path.join(root, n)
+            rel = os.path.relpath(path, out).replace(os.sep, "/")
+            if rel == MANIFEST or n.endswith(".tmp"):
+                continue
+            lines.append((rel, sha256_file(path)))
+    text = "".join(f"{digest}  {rel}\n" for rel, digest in sorted(lines))
+    _write(os.path.join(out, MANIFEST), text.encode())
+    return text
+
+
+def verify(out: str) -> list:
+    """Problems with the bundle at `out` (empty list: manifest matches every file)."""
+    problems = []
+    path = os.path.join(out, MANIFEST)
+    if not os.path.exists(path):
+        return [f"{MANIFEST} missing in {out}"]
+    listed = set()
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            digest, _, rel = line.rstrip("\n").partition("  ")
+            listed.add(rel)
+            file_path = os.path.join(out, rel)
+            if not os.path.exists(file_path):
+                problems.append(f"missing: {rel}")
+            elif sha256_file(file_path) != digest:
+                problems.append(f"checksum mismatch: {rel}")
+    for root, dirs, names in os.walk(out):
+        for n in names:
+            rel = os.path.relpath(os.path.join(root, n), out).replace(os.sep, "/")
+            if rel != MANIFEST and rel not in listed:
+                problems.append(f"not in manifest: {rel}")
+    return problems
+
+
+def expected_artifacts(pins: dict) -> list:
+    comps = pins["kunlun_stack_components"]
+    rels = [c["artifact"] for c in comps.values() if "artifact" in c]
+    return rels + [pins["kunlun_stack_model"]["manifest"]]
+
+
+# --------------------------------------------------------------------------- build
+def build(out: str, force: bool = False, with_base_image: bool = False, log=print) -> dict:
+    out = os.path.abspath(out)
+    pins = load_pins()
+    digest = sources_hash()
+    stamp = _stamp_path(out)
+    if not force and os.path.exists(stamp):
+        with open(stamp, encoding="utf-8") as fh:
+            if fh.read().strip() == digest and not verify(out) and all(
+                    os.path.exists(os.path.join(out, r)) for r in expected_artifacts(pins)):
+                log(f"bundle {out} is up to date (sources {digest[:12]})")
+                return {"changed": False, "out": out, "sources": digest, "notes": []}
+    os.makedirs(out, exist_ok=True)
+    notes = []
+    written = []
+    written += build_small_wheels(pins, out)
+    written.append(build_vllm_wheel(pins, out))
+    written.append(fetch_transformers(pins, out))
+    written.append(build_torch(pins, out))
+    written.append(build_vllm_kunlun(pins, out))
+    written += build_model(pins, out)
+    rel, note = build_driver(pins, out)
+    if rel:
+        written.append(rel)
+    if note:
+        notes.append(note)
+    if with_base_image:
+        written.append(build_base_image(pins, out))
+    # Drop files in the directories this builder owns that it did not write now.
+    keep = set(written)
+    for sub in OWNED_DIRS:
+        for root, dirs, names in os.walk(os.path.join(out, sub), topdown=False):
+            for n in names:
+                rel_path = os.path.relpath(os.path.join(root, n), out).replace(os.sep, "/")
+                if rel_path not in keep:
+                    os.remove(os.path.join(root, n))
+            if root != out and not os.listdir(root):
+                os.rmdir(root)
+    write_manifest(out)
+    os.makedirs(os.path.dirname(stamp), exist_ok=True)
+    _write(stamp, (digest + "\n").encode())
+    for n in notes:
+        log(f"note: {n}")
+    log(f"bundle written to {out} ({len(written)} artifacts, sources {digest[:12]})")
+    return {"changed": True, "out": out, "sources": digest, "notes": notes, "files": sorted(written)}
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", required=True)
+    b = sub.add_parser("build", help="build (or refresh) the stand-in bundle")
+    b.add_argument("--out", default=os.path.join(SIM_HOME, "bundle"),
+                   help="bundle directory (default: $KUNLUN_SIM_HOME/bundle)")
+    b.add_argument("--force", action="store_true", help="rebuild even when up to date")
+    b.add_argument("--with-base-image", action="store_true",
+                   help="also write images/vllm-kunlun-exp-base.tar (build_base_image)")
+    v = sub.add_parser("verify", help="check every file against MANIFEST.sha256")
+    v.add_argument("--out", default=os.path.join(SIM_HOME, "bundle"))
+
+
+def run(args) -> int:
+    if args.action == "build":
+        try:
+            build(args.out, force=args.force, with_base_image=args.with_base_image)
+        except (NotImplementedError, RuntimeError) as exc:
+            print(f"ERROR: {exc}", file=sys.stderr)
+            return 1
+        return 0
+    problems = verify(args.out)
+    for p in problems:
+        print(p)
+    print("OK" if not problems else f"{len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+def register(subparsers) -> None:
+    """`kunlun-fleet sim-bundle build|verify ...` for the project's CLI."""
+    p = subparsers.add_parser("sim-bundle", help="build or verify the simulated fleet's offline bundle")
+    _add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kunlun_fleet.sim.bundle", description=__doc__.split("\n")[0])
+    _add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

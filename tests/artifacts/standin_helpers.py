@@ -1,0 +1,110 @@
+"""Helpers for the stand-in artifact tests (vllm simulator, bundle)."""
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "kunlun_fleet" / "sim" / "artifacts"
+VLLM_SRC = ARTIFACTS / "vllm_src"
+PINS = ROOT / "roles" / "kunlun_stack" / "defaults" / "main.yml"
+
+
+def load_pins():
+    return yaml.safe_load(PINS.read_text())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def python310():
+    """A CPython 3.10 interpreter (the serving image's), or None."""
+    for cand in [shutil.which("python3.10"), "/usr/bin/python3.10",
+                 *sorted(glob.glob("/root/.pyenv/versions/3.10*/bin/python3.10")),
+                 *sorted(glob.glob("/usr/local/bin/python3.10"))]:
+        if cand and os.path.exists(cand):
+            ok = subprocess.run([cand, "-c", "import sys; assert sys.version_info[:2] == (3, 10)"],
+                                capture_output=True)
+            if ok.returncode == 0:
+                return cand
+    return None
+
+
+def make_dev_dir(path: Path, count: int) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        (path / f"xpu{i}").touch()
+    (path / "xpuctrl").touch()
+    return path
+
+
+def server_env(dev_dir: Path, **extra) -> dict:
+    env = dict(os.environ)
+    env.update({
+        "PYTHONPATH": str(VLLM_SRC),
+        "KUNLUN_SIM_DEV_DIR": str(dev_dir),
+        "KUNLUN_SIM_LOAD_SECONDS": "0",
+        "KUNLUN_SIM_TOKENS_PER_SECOND": "400",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+    })
+    env.pop("XPU_VISIBLE_DEVICES", None)
+    env.pop("VLLM_API_KEY", None)
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def run_server_once(args, env, timeout=30):
+    """Run the api_server expecting it to exit by itself (refusals, argparse errors)."""
+    return subprocess.run([sys.executable, "-m", "vllm.entrypoints.openai.api_server", *args],
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+class Server:
+    def __init__(self, args, env, log_path: Path):
+        self.port = free_port()
+        self.log_path = log_path
+        self.log = open(log_path, "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+             "--host", "127.0.0.1", "--port", str(self.port), *args],
+            env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        self.base = f"http://127.0.0.1:{self.port}"
+
+    def output(self) -> str:
+        self.log.flush()
+        return self.log_path.read_text()
+
+    def wait_ready(self, budget=30.0):
+        import urllib.request
+        deadline = time.monotonic() + budget
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"server exited {self.proc.returncode}:\n{self.output()}")
+            try:
+                with urllib.request.urlopen(self.base + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.1)
+        raise AssertionError(f"server not ready within {budget}s:\n{self.output()}")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()

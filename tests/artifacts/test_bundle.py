@@ -1,0 +1,247 @@
+"""The stand-in bundle: layout and names from the pins, manifest, and a real install."""
+
+import base64
+import csv
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from kunlun_fleet.sim import bundle
+from standin_helpers import make_dev_dir, python310
+
+SMALL = ("kunlun_ops", "triton", "xspeedgate_ops", "cocopod", "vllm")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bundle") / "bundle"
+    result = bundle.build(str(out), force=True, log=lambda *_: None)
+    return out, result
+
+
+def test_every_pinned_artifact_has_its_pinned_name(built, pins):
+    out, _ = built
+    for name, comp in pins["kunlun_stack_components"].items():
+        if "artifact" in comp:
+            assert (out / comp["artifact"]).is_file(), name
+    model = pins["kunlun_stack_model"]
+    assert (out / "models" / model["directory"] / "config.json").is_file()
+    assert (out / model["manifest"]).is_file()
+    if os.path.exists(bundle.XRE_MODULE):
+        assert (out / pins["kunlun_stack_driver"]["artifact"]).is_file()
+
+
+def test_manifest_verifies_with_sha256sum(built):
+    out, _ = built
+    proc = subprocess.run(["sha256sum", "-c", "--strict", "MANIFEST.sha256"], cwd=out,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = (out / "MANIFEST.sha256").read_text().splitlines()
+    paths = [line.split("  ", 1)[1] for line in lines]
+    assert paths == sorted(paths)
+    on_disk = sorted(str(p.relative_to(out)) for p in out.rglob("*")
+                     if p.is_file() and p.name != "MANIFEST.sha256")
+    assert paths == on_disk
+
+
+def test_tampering_is_caught(built, tmp_path):
+    out, _ = built
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    target = copy / "models" / "Qwen3.8-27B-W8A8-INT8-Dynamic" / "config.json"
+    target.write_text(target.read_text().replace("262144", "1048576"))
+    assert bundle.verify(str(copy)) == [
+        "checksum mismatch: models/Qwen3.8-27B-W8A8-INT8-Dynamic/config.json"]
+
+
+def test_rebuild_is_skipped_and_bytes_are_stable(built, tmp_path):
+    out, first = built
+    again = bundle.build(str(out), log=lambda *_: None)
+    assert again["changed"] is False
+    other = bundle.build(str(tmp_path / "other"), force=True, log=lambda *_: None)
+    assert other["changed"] is True
+    assert (tmp_path / "other" / "MANIFEST.sha256").read_text() == (out / "MANIFEST.sha256").read_text()
+
+
+def test_foreign_files_are_kept_and_listed(built, tmp_path):
+    out, _ = built
+    copy = tmp_path / "b"
+    shutil.copytree(out, copy)
+    (copy / "images").mkdir()
+    (copy / "images" / "vllm-kunlun-exp-base.tar").write_bytes(b"not really a tar")
+    bundle.build(str(copy), force=True, log=lambda *_: None)
+    assert (copy / "images" / "vllm-kunlun-exp-base.tar").exists()
+    assert "images/vllm-kunlun-exp-base.tar" in (copy / "MANIFEST.sha256").read_text()
+
+
+def test_base_image_is_a_clear_stub(pins, tmp_path):
+    with pytest.raises(NotImplementedError, match="vllm-kunlun-exp-base.tar"):
+        bundle.build_base_image(pins, str(tmp_path))
+
+
+def test_model_files_match_the_pins(built, pins):
+    out, _ = built
+    model = pins["kunlun_stack_model"]
+    d = out / "models" / model["directory"]
+    cfg = json.loads((d / "config.json").read_text())
+    assert cfg["model_type"] == model["model_type"]
+    assert cfg["max_position_embeddings"] == model["max_position_embeddings"]
+    assert cfg["dtype"] == model["dtype"]
+    assert cfg["quantization_config"]["quant_method"] == model["quant_method"]
+    assert "rope_scaling" not in cfg
+    assert cfg["num_hidden_layers"] == 64
+    assert cfg["layer_types"].count("linear_attention") == 48
+    assert cfg["layer_types"].count("full_attention") == 16
+    tok = json.loads((d / "tokenizer.json").read_text())
+    assert tok["model"]["type"] == "WordLevel" and "<|im_end|>" in tok["model"]["vocab"]
+    for shard in d.glob("*.safetensors"):
+        raw = shard.read_bytes()
+        n = int.from_bytes(raw[:8], "little")
+        header = json.loads(raw[8:8 + n])
+        end = max(v["data_offsets"][1] for k, v in header.items() if k != "__metadata__")
+        assert 8 + n + end == len(raw)
+    proc = subprocess.run(["sha256sum", "-c", "--strict", str(out / model["manifest"])], cwd=d,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("pkg", SMALL)
+def test_wheel_metadata_and_record(built, pins, pkg):
+    out, _ = built
+    comp = pins["kunlun_stack_components"][pkg]
+    with zipfile.ZipFile(out / comp["artifact"]) as zf:
+        names = zf.namelist()
+        dist_info = [n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA")]
+        assert len(dist_info) == 1
+        meta = zf.read(f"{dist_info[0]}/METADATA").decode()
+        assert f"\nVersion: {comp['version']}\n" in meta
+        rows = list(csv.reader(io.StringIO(zf.read(f"{dist_info[0]}/RECORD").decode())))
+        for path, digest, size in rows:
+            if not digest:
+                continue
+            data = zf.read(path)
+            want = "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            assert digest == want and int(size) == len(data), path
+        assert sorted(r[0] for r in rows) == sorted(names)
+
+
+def test_patch_script_reports_failures_on_a_wrong_torch(built, tmp_path):
+    """A torch that is not the 2.5.1 stand-in: the patches fail and say so."""
+    out, _ = built
+    run = next((out / "torch").glob("*.run"))
+    subprocess.run(["bash", str(run), "--noexec", "--target", str(tmp_path / "x")], check=True,
+                   capture_output=True)
+    site = tmp_path / "site"
+    with zipfile.ZipFile(next((tmp_path / "x").glob("torch-*.whl"))) as zf:
+        zf.extractall(site)
+    cfg = site / "torch" / "_inductor" / "config.py"
+    cfg.write_text(cfg.read_text().replace('"ATEN,TRITON,CPP"', '"ATEN,TRITON"'))
+    (site / "torch" / "utils" / "_triton.py").unlink()
+    subprocess.run(["tar", "-xzf", str(next((out / "src").glob("*.tar.gz"))), "-C", str(tmp_path)],
+                   check=True)
+    proc = subprocess.run([sys.executable, str(tmp_path / "vllm_kunlun/patches/patch_torch251.py")],
+                          env=dict(os.environ, PYTHONPATH=str(site)), capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert proc.stdout.strip().splitlines()[-1] == "9 applied / 2 failed"
+
+
+PY310 = python310()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(PY310 is None, reason="needs a CPython 3.10 interpreter (the image's)")
+def test_install_the_stack_into_a_venv(built, pins, tmp_path):
+    """The image's install sequence, with pip (the venv's) where the image uses uv."""
+    out, _ = built
+    comps = pins["kunlun_stack_components"]
+    venv = tmp_path / "venv"
+    subprocess.run([PY310, "-m", "venv", str(venv)], check=True)
+    py = str(venv / "bin" / "python")
+    env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INDEX="1")
+    env.pop("PYTHONPATH", None)
+
+    def sh(*cmd, **kw):
+        proc = subprocess.run(list(cmd), env=kw.pop("env", env), capture_output=True, text=True, **kw)
+        assert proc.returncode == 0, f"{cmd}\n{proc.stdout}\n{proc.stderr}"
+        return proc.stdout
+
+    # torch: the vendor's .run installs with pip into the active environment
+    run_env = dict(env, CONDA_PREFIX=str(venv), PATH=f"{venv}/bin:{os.environ['PATH']}")
+    sh("bash", str(out / comps["torch"]["artifact"]), env=run_env)
+    for pkg in ("kunlun_ops", "triton", "xspeedgate_ops", "cocopod"):
+        sh(py, "-m", "pip", "install", "--no-deps", str(out / comps[pkg]["artifact"]))
+    for pkg in ("vllm", "transformers"):
+        sh(py, "-m", "pip", "install", "--no-deps", "--force-reinstall", str(out / comps[pkg]["artifact"]))
+    src = tmp_path / "vllm-kunlun"
+    src.mkdir()
+    sh("tar", "-xzf", str(out / comps["vllm_kunlun"]["artifact"]), "-C", str(src))
+    sh(py, "setup.py", "build", cwd=src)
+    sh(py, "setup.py", "install", cwd=src)
+    site = Path(sh(py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
+    patch = sh(py, str(site / "vllm_kunlun" / "patches" / "patch_torch251.py"))
+    expect = pins["kunlun_stack_patch_expect"]
+    assert patch.strip().splitlines()[-1] == f"{expect['applied']} applied / {expect['failed']} failed"
+    shutil.copy(site / "vllm_kunlun" / "patches" / "eval_frame.py", site / "torch" / "_dynamo" / "eval_frame.py")
+    shutil.copy(site / "vllm_kunlun" / "quantization" / "__init__.py",
+                site / "vllm" / "model_executor" / "layers" / "quantization" / "__init__.py")
+
+    dev = make_dev_dir(tmp_path / "dev", 8)
+    probe = (
+        "import importlib.metadata as m, json, torch, torch_xmlir, vllm, vllm_kunlun\n"
+        "from vllm_kunlun import _kunlun\n"
+        "import torch._dynamo.eval_frame as ef\n"
+        "import vllm.model_executor.layers.quantization as q\n"
+        "names = ['torch', 'kunlun_ops', 'triton', 'xspeedgate_ops', 'cocopod', 'vllm', 'vllm-kunlun', 'transformers']\n"
+        "print(json.dumps({'versions': {n: m.version(n) for n in names}, 'torch': torch.__version__,\n"
+        "  'xpu': torch.xpu.device_count(), 'devices': torch_xmlir._XMLIRC._xpu_get_devices_number(),\n"
+        "  'file': vllm_kunlun.__file__, 'kunlun': _kunlun.__file__, 'ef': ef._PATCHED_BY,\n"
+        "  'q': getattr(q, '_KUNLUN_PATCHED', None), 'vllm': vllm.__version__}))\n")
+    probe_env = dict(env, KUNLUN_SIM_DEV_DIR=str(dev), XPU_VISIBLE_DEVICES="0,1,2,3,4,5,6,7")
+    got = json.loads(sh(py, "-c", probe, cwd=tmp_path, env=probe_env).strip().splitlines()[-1])
+    want = {"torch": comps["torch"]["version"], "kunlun_ops": comps["kunlun_ops"]["version"],
+            "triton": comps["triton"]["version"], "xspeedgate_ops": comps["xspeedgate_ops"]["version"],
+            "cocopod": comps["cocopod"]["version"], "vllm": comps["vllm"]["version"],
+            "vllm-kunlun": comps["vllm_kunlun"]["version"], "transformers": comps["transformers"]["version"]}
+    assert got["versions"] == want
+    assert got["torch"] == "2.5.1" and got["vllm"] == "0.15.1"
+    assert got["xpu"] == 0 and got["devices"] == 8
+    assert got["file"].startswith(str(site)) and got["kunlun"].endswith(".so")
+    assert got["ef"] and got["q"]
+    # the installed wheel's server: argparse like vllm, `vllm` console script
+    proc = subprocess.run([py, "-m", "vllm.entrypoints.openai.api_server", "--bogus"], env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "unrecognized arguments: --bogus" in proc.stderr
+    assert sh(str(venv / "bin" / "vllm"), "--version").strip() == "0.15.1"
+
+
+UV = shutil.which("uv")
+
+
+@pytest.mark.skipif(PY310 is None or UV is None, reason="needs uv and CPython 3.10")
+def test_uv_install_path(built, pins, tmp_path):
+    """The image's uv route: the vendor's sed recipe for the .run, and cocopod's variable."""
+    out, _ = built
+    comps = pins["kunlun_stack_components"]
+    venv = tmp_path / "venv"
+    subprocess.run([UV, "venv", "-q", "-p", PY310, str(venv)], check=True)
+    env = dict(os.environ, VIRTUAL_ENV=str(venv), UV_OFFLINE="1")
+    subprocess.run(["bash", str(out / comps["torch"]["artifact"]), "--noexec", "--target",
+                    str(tmp_path / "xpytorch_unpack")], check=True, capture_output=True)
+    setup = tmp_path / "xpytorch_unpack" / "setup.sh"
+    setup.write_text(setup.read_text().replace("pip", "uv pip").replace("CONDA_PREFIX", "VIRTUAL_ENV"))
+    proc = subprocess.run(["bash", str(setup)], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = subprocess.run([UV, "pip", "install", "--no-deps", str(out / comps["cocopod"]["artifact"])],
+                          env=dict(env, UV_SKIP_WHEEL_FILENAME_CHECK="1"), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    probe = "import importlib.metadata as m; print(m.version('torch'), m.version('cocopod'))"
+    got = subprocess.run([str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True)
+    assert got.stdout.split() == [comps["torch"]["version"], comps["cocopod"]["version"]]
