@@ -88,6 +88,8 @@ MAGIC = frozenset((
     "inventory_hostname", "inventory_hostname_short", "inventory_dir", "inventory_file",
     "group_names", "groups", "hostvars", "playbook_dir", "play_hosts", "role_names", "omit",
     "environment", "vars",
+    # Left in hostvars by fact gathering and the fact cache.
+    "gather_subset", "module_setup", "discovered_interpreter_python",
 ))
 TRUE_FALSE_STRINGS = frozenset(("true", "false", "yes", "no", "on", "off", "1", "0"))
 
