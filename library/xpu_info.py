@@ -37,6 +37,17 @@ options:
     description: Mount point of procfs (C(kunlun/version), C(xpu/devN/state), C(modules)).
     type: path
     default: /proc
+  driver_minimum:
+    description:
+      - Oldest supported driver (XRE) version, e.g. C(5.0.21.26).
+      - When given, C(xpu_driver_at_least_minimum) tells whether the driver reaches it.
+    type: str
+  firmware_minimum:
+    description:
+      - Oldest supported firmware release, e.g. C(1.48).
+      - When given, every device gets C(firmware_ok); see the notes for how the six-field
+        C(ALL Version) of C(xpu-smi -q) is compared.
+    type: str
 attributes:
   check_mode:
     support: full
@@ -47,6 +58,8 @@ attributes:
 notes:
   - A device whose table fields read C(ERR!), or whose C(/proc/xpu/devN/state) is not
     C(RUNNING), has C(state=error).
+  - Firmware floors compare the firmware release, the last two fields of the six-field
+    C(ALL Version) (C(1.0.2.14.1.54) is release C(1.54)); other shapes are compared whole.
   - Card variant from the part number - C(B00100300110312) is C(VD) (needs the kunlun
     module option C(KLreg_RegistryDwords)), C(B00100300110112) is C(VC).
 '''
@@ -62,6 +75,11 @@ EXAMPLES = r'''
       - ansible_facts.xpu_devices | selectattr('state', 'ne', 'ok') | list | length == 0
       - ansible_facts.xpu_devices | rejectattr('node_present') | list | length == 0
     fail_msg: "{{ inventory_hostname }}: expected 8 healthy XPUs with /dev nodes"
+
+- name: Gather XPU facts and compare the driver and firmware with their floors
+  xpu_info:
+    driver_minimum: 5.0.21.26
+    firmware_minimum: "1.48"
 
 - name: Use a non-standard xpu-smi
   xpu_info:
@@ -116,6 +134,11 @@ ansible_facts:
           serial: 02K0A3A0010
           uuid: XPU-7c15324f-f867-54f0-a54f-1854e1deb257
           device_id: "0x36862057"
+          firmware_release: "1.54"
+          firmware_ok: true
+    xpu_driver_at_least_minimum:
+      description: Whether the driver is at least I(driver_minimum) (null when not given).
+      type: bool
     xpu_processes:
       description: Processes using an XPU (from the xpu-smi table).
       type: list
@@ -155,6 +178,8 @@ import re
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.xpu_smi import (
     device_state,
+    firmware_at_least,
+    firmware_release,
     kunlun_modules_loaded,
     merge_devices,
     parse_lspci,
@@ -162,6 +187,7 @@ from ansible.module_utils.xpu_smi import (
     parse_query,
     parse_list,
     parse_table,
+    version_at_least,
 )
 
 
@@ -201,6 +227,7 @@ def gather(module):
         'xpu_device_nodes': [],
         'xpu_ctrl_node_present': False,
         'xpu_card_variants': [],
+        'xpu_driver_at_least_minimum': None,
     }
 
     smi = find_xpu_smi(module)
@@ -229,6 +256,9 @@ def gather(module):
     facts['xpu_proc_driver_version'] = proc_version
     if not facts['xpu_driver_version']:
         facts['xpu_driver_version'] = proc_version
+    if module.params['driver_minimum']:
+        facts['xpu_driver_at_least_minimum'] = version_at_least(
+            facts['xpu_driver_version'], module.params['driver_minimum'])
 
     devices = merge_devices(table, query, listing)
     for dev in devices:
@@ -239,6 +269,11 @@ def gather(module):
         dev['proc_state'] = raw
         if state == 'error':
             dev['state'] = 'error'
+        dev['firmware_release'] = firmware_release(dev['firmware_version'])
+        dev['firmware_ok'] = None
+        if module.params['firmware_minimum']:
+            dev['firmware_ok'] = firmware_at_least(dev['firmware_version'],
+                                                   module.params['firmware_minimum'])
     facts['xpu_devices'] = devices
     facts['xpu_device_count'] = len(devices)
     facts['xpu_processes'] = table.get('processes', [])
@@ -278,6 +313,8 @@ def main():
             xpu_smi_path=dict(type='path'),
             dev_dir=dict(type='path', default='/dev'),
             proc_dir=dict(type='path', default='/proc'),
+            driver_minimum=dict(type='str'),
+            firmware_minimum=dict(type='str'),
         ),
         supports_check_mode=True,
     )

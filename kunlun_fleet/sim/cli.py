@@ -1,0 +1,182 @@
+"""Command line of the simulated fleet.
+
+``register(subparsers)`` adds sim-up, sim-down, sim-status, sim-reset, sim-engine and demo
+to the ``kunlun-fleet`` CLI; ``python -m kunlun_fleet.sim <cmd>`` runs them standalone.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+from .config import INVENTORY_DIR, REPO_ROOT, SimError
+
+
+def _cmd_up(args):
+    from . import fleet
+    fleet.up(args.count, args.fault or (), rebuild=args.rebuild, refresh=args.refresh)
+    _print_status()
+    return 0
+
+
+def _cmd_down(args):
+    from . import fleet
+    fleet.down(purge=args.purge)
+    return 0
+
+
+def _cmd_reset(args):
+    from . import fleet
+    fleet.reset(args.host, args.fault or ())
+    return 0
+
+
+def _cmd_engine(args):
+    from . import engine
+    from .config import DOCKER_HOST
+    engine.ensure_engine()
+    print("export DOCKER_HOST=%s DOCKER_API_VERSION=%s" % (DOCKER_HOST, engine.DOCKER_API_VERSION))
+    return 0
+
+
+def _print_status(as_json=False):
+    from . import fleet
+    info = fleet.status()
+    if as_json:
+        print(json.dumps(info, indent=2))
+        return
+    print("engine: %s" % info["engine"])
+    if info.get("image"):
+        print("image:  %s" % info["image"])
+    if not info["hosts"]:
+        print("no sim hosts (run `kunlun-fleet sim-up 3`)")
+        return
+    print("%-10s %-10s %-15s %-8s %-9s %-4s %-9s %s" % ("HOST", "CONTAINER", "ADDRESS", "STATE",
+                                                        "SYSTEMD", "SSH", "IMAGE", "DISK / KIT LOOPS / FAULTS"))
+    for row in info["hosts"]:
+        print("%-10s %-10s %-15s %-8s %-9s %-4s %-9s %s" % (
+            row["host"], row["container"], row["address"], row["state"], row["systemd"],
+            row["ssh"], row["image"].split(" ")[0], row["disk"]))
+        if row["kit_loops"]:
+            print("%65s LV loops: %s" % ("", " ".join(row["kit_loops"])))
+        if row["faults"]:
+            print("%65s faults: %s" % ("", " ".join("%s=%s" % kv for kv in sorted(row["faults"].items()))))
+    print("inventory: %s" % INVENTORY_DIR)
+
+
+def _cmd_status(args):
+    _print_status(args.json)
+    return 0
+
+
+def _build_bundle():
+    """The sim bundle (stand-in vendor artifacts) where the sim inventory points."""
+    from .config import BUNDLE_DIR, log
+    try:
+        from . import bundle
+    except ImportError as exc:
+        log("note: no sim bundle builder (%s); site.yml will find no bundle" % exc)
+        return
+    try:
+        bundle.build(BUNDLE_DIR, log=log)
+    except (NotImplementedError, RuntimeError, OSError) as exc:
+        log("note: the sim bundle could not be built: %s" % exc)
+
+
+def _cmd_demo(args):
+    """sim-up 3, site.yml against inventories/sim, then a summary of what was done."""
+    from . import fleet
+    extra = list(args.ansible_args or [])
+    if extra[:1] == ["--"]:
+        extra = extra[1:]
+    started = time.time()
+    fleet.up(args.count, args.fault or (), refresh=True)
+    up_time = time.time() - started
+    _build_bundle()
+    playbook = os.path.join(REPO_ROOT, "site.yml")
+    bin_dir = os.path.dirname(sys.executable)
+    ansible_playbook = os.path.join(bin_dir, "ansible-playbook")
+    if not os.path.exists(ansible_playbook):
+        ansible_playbook = "ansible-playbook"
+    cmd = [ansible_playbook, "-i", INVENTORY_DIR, playbook] + extra
+    print("\n$ %s" % " ".join(cmd), flush=True)
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO_ROOT, "ansible.cfg"))
+    play_started = time.time()
+    if not os.path.exists(playbook):
+        print("site.yml not found at %s" % playbook)
+        rc = 1
+    else:
+        rc = subprocess.call(cmd, cwd=REPO_ROOT, env=env)
+    play_time = time.time() - play_started
+    print("\n=== kunlun-fleet demo summary ===")
+    print("sim fleet: %d hosts up in %.1f s" % (args.count, up_time))
+    _print_status()
+    print("site.yml: %s in %.1f s (rc=%d)" % ("succeeded" if rc == 0 else "FAILED", play_time, rc))
+    report = os.path.join(REPO_ROOT, "reports")
+    if os.path.isdir(report):
+        print("reports: %s" % report)
+    return rc
+
+
+def _guarded(func):
+    """Subcommand entry: a SimError becomes a one-line message and exit status 1."""
+    def run(args):
+        try:
+            return func(args)
+        except SimError as exc:
+            sys.stderr.write("error: %s\n" % exc)
+            return 1
+        except KeyboardInterrupt:
+            sys.stderr.write("interrupted\n")
+            return 130
+    run.__name__ = func.__name__
+    return run
+
+
+def register(subparsers):
+    """Add the sim-fleet subcommands to an argparse subparsers object. Each sets
+    ``func`` (one argument, the parsed namespace; returns the exit status)."""
+    p = subparsers.add_parser("sim-up", help="bring up N simulated P800 hosts (idempotent)")
+    p.add_argument("count", type=int, nargs="?", default=3, help="number of hosts (default 3)")
+    p.add_argument("--fault", action="append", metavar="HOST:NAME=VALUE",
+                   help="fault switch for a host, e.g. kf-node-2:xpu_devices=7 (repeatable)")
+    p.add_argument("--rebuild", action="store_true", help="rebuild the sim-host image")
+    p.add_argument("--refresh", action="store_true",
+                   help="recreate hosts that run an older image than the current kit's")
+    p.set_defaults(func=_guarded(_cmd_up))
+
+    p = subparsers.add_parser("sim-down", help="remove the sim hosts, their disks, network and rules")
+    p.add_argument("--purge", action="store_true", help="also remove the images and the engine's data")
+    p.set_defaults(func=_guarded(_cmd_down))
+
+    p = subparsers.add_parser("sim-status", help="show the sim hosts")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_guarded(_cmd_status))
+
+    p = subparsers.add_parser("sim-reset", help="recreate one sim host with a fresh disk")
+    p.add_argument("host", help="kf-node-N, kf-sim-N or N")
+    p.add_argument("--fault", action="append", metavar="NAME=VALUE",
+                   help="fault switch for the new host (repeatable)")
+    p.set_defaults(func=_guarded(_cmd_reset))
+
+    p = subparsers.add_parser("sim-engine", help="start the sim fleet's Docker engine; print its DOCKER_HOST")
+    p.set_defaults(func=_guarded(_cmd_engine))
+
+    p = subparsers.add_parser("demo", help="bring up 3 sim hosts and run site.yml against them")
+    p.add_argument("--count", type=int, default=3, help="number of hosts (default 3)")
+    p.add_argument("--fault", action="append", metavar="HOST:NAME=VALUE", help="fault switch (repeatable)")
+    p.add_argument("ansible_args", nargs=argparse.REMAINDER,
+                   help="extra ansible-playbook arguments (after --)")
+    p.set_defaults(func=_guarded(_cmd_demo))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m kunlun_fleet.sim",
+                                     description="kunlun-fleet simulated P800 fleet")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    register(sub)
+    args = parser.parse_args(argv)
+    return args.func(args)

@@ -1,0 +1,99 @@
+"""Pytest fixtures and helpers for suites that use the simulated fleet.
+
+Fixtures: ``sim_fleet`` (ONE 3-host fleet per session: `sim-up 3` once, kept after the
+session unless KF_SIM_TEARDOWN=1) and ``fresh_host`` (reset a host, optionally with fault
+switches, and reset it again after the test). Load them everywhere with
+``pytest_plugins = ["kunlun_fleet.sim.testing"]`` in the top-level tests/conftest.py.
+Helpers reach hosts the way the product does: ansible / ssh with checked host keys."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from .config import INVENTORY_DIR as INVENTORY
+from .config import REPO_ROOT as REPO
+
+VENV_BIN = os.path.dirname(sys.executable)
+PLAYBOOKS = os.path.join(REPO, "tests", "sim", "playbooks")
+
+
+def sim(*args, check=True):
+    """Run a sim CLI command; return CompletedProcess with combined output."""
+    proc = subprocess.run([sys.executable, "-m", "kunlun_fleet.sim"] + list(args), cwd=REPO,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError("sim %s failed (rc=%d):\n%s" % (" ".join(args), proc.returncode, proc.stdout))
+    return proc
+
+
+def _env():
+    return dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+                ANSIBLE_DEPRECATION_WARNINGS="False", ANSIBLE_NOCOLOR="1")
+
+
+def ansible(*args, check=True):
+    proc = subprocess.run([os.path.join(VENV_BIN, "ansible"), "-i", INVENTORY] + list(args),
+                          cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError("ansible %s failed:\n%s" % (" ".join(args), proc.stdout))
+    return proc
+
+
+def playbook(name, *args, check=True):
+    """Run tests/sim/playbooks/<name>; return (proc, {host: recap dict})."""
+    proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", INVENTORY,
+                           os.path.join(PLAYBOOKS, name)] + list(args),
+                          cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError("ansible-playbook %s failed:\n%s" % (name, proc.stdout))
+    recap = {}
+    for m in re.finditer(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)",
+                         proc.stdout, re.M):
+        recap[m.group(1)] = {"ok": int(m.group(2)), "changed": int(m.group(3)),
+                             "unreachable": int(m.group(4)), "failed": int(m.group(5))}
+    return proc, recap
+
+
+def ssh(host_index, command, check=True):
+    """Run a shell command on a sim host over SSH, host key checked."""
+    from kunlun_fleet.sim import fleet
+    proc = subprocess.run(fleet.ssh_cmd(host_index, command), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError("ssh kf-node-%d %r failed (rc=%d): %s%s" % (
+            host_index, command, proc.returncode, proc.stdout, proc.stderr))
+    return proc
+
+
+@pytest.fixture(scope="session")
+def sim_fleet():
+    """The shared 3-host fleet (brought up once; torn down only with KF_SIM_TEARDOWN=1)."""
+    if os.geteuid() != 0:
+        pytest.skip("the sim fleet needs root (loop devices, its own dockerd)")
+    # --refresh: the session tests the current kit, not hosts made from an older image.
+    proc = sim("sim-up", "3", "--refresh")
+    yield proc
+    if os.environ.get("KF_SIM_TEARDOWN") == "1":
+        sim("sim-down")
+
+
+@pytest.fixture
+def fresh_host(sim_fleet):
+    """Factory: reset a host (fresh container and disk, optional faults) for a test, and
+    reset it again afterwards so the next user finds it fresh."""
+    used = []
+
+    def make(index, *faults):
+        args = ["sim-reset", str(index)]
+        for fault in faults:
+            args += ["--fault", fault]
+        sim(*args)
+        used.append(index)
+        return index
+
+    yield make
+    for index in used:
+        sim("sim-reset", str(index), check=False)
