@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from kunlun_fleet.sim.testing import sim
+
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.sim
 
@@ -30,8 +32,14 @@ def recap(out):
 
 @pytest.fixture(scope="module")
 def first_run(sim_fleet):
-    rc, out = run_site()
-    assert rc == 0, out[-6000:]
+    """From bare hosts: reset all three, then the README's demo command."""
+    for host in ("kf-node-1", "kf-node-2", "kf-node-3"):
+        sim("sim-reset", host)
+    proc = subprocess.run([str(ROOT / ".venv/bin/kunlun-fleet"), "demo"], cwd=ROOT, text=True,
+                          capture_output=True, timeout=3600, env=dict(os.environ, ANSIBLE_FORCE_COLOR="0"))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    assert "=== kunlun-fleet demo summary ===" in out and "site.yml: succeeded" in out, out[-3000:]
     return out
 
 

@@ -11,12 +11,6 @@ HOST = "kf-node-1"
 pytestmark = pytest.mark.sim
 
 
-def sim(*args):
-    proc = subprocess.run([str(ROOT / ".venv/bin/kunlun-fleet"), *args], cwd=ROOT, text=True,
-                          capture_output=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-
-
 def preflight():
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0")
     proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", "inventories/sim",
@@ -25,35 +19,24 @@ def preflight():
     return proc.returncode, proc.stdout + proc.stderr
 
 
-@pytest.fixture
-def faulty_host(sim_fleet):
-    def make(*faults):
-        args = ["sim-reset", HOST]
-        for fault in faults:
-            args += ["--fault", fault]
-        sim(*args)
-    yield make
-    sim("sim-reset", HOST)  # leave a fresh host for the next suite
-
-
-def test_xpu_smi_reports_seven_of_eight(faulty_host):
-    faulty_host("xpu_devices=7", "xpu_old_driver=5.0.21.26")
+def test_xpu_smi_reports_seven_of_eight(fresh_host):
+    fresh_host(1, "xpu_devices=7", "xpu_old_driver=5.0.21.26")
     rc, out = preflight()
     assert rc != 0
     assert "%s: xpu-smi reports 7 devices where 8 are expected" % HOST in out, out[-4000:]
     assert "changed=0" in out
 
 
-def test_data_disk_holding_a_filesystem(faulty_host):
-    faulty_host("disk_has_fs=1")
+def test_data_disk_holding_a_filesystem(fresh_host):
+    fresh_host(1, "disk_has_fs=1")
     rc, out = preflight()
     assert rc != 0
     assert "%s: /dev/vdb holds ext4" % HOST in out, out[-4000:]
     assert "nothing was changed" in out
 
 
-def test_fresh_host_passes(sim_fleet):
-    sim("sim-reset", HOST)
+def test_fresh_host_passes(fresh_host):
+    fresh_host(1)
     rc, out = preflight()
     assert rc == 0, out[-4000:]
     assert "/dev/vdb: empty" in out
