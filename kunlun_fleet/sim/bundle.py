@@ -277,13 +277,18 @@ def build_driver(pins: dict, out: str):
 def build_base_image(pins: dict, out: str) -> str:
     """images/vllm-kunlun-exp-base.tar: `docker save` of the base image.
 
-    Made by the image tooling (debootstrap root with /opt/vllm_kunlun, uv, gcc and the
-    Python 3.10 headers for vllm-kunlun's C extension, setuptools in the venv).
+    Made by kunlun_fleet/sim/base_image.py on the sim fleet's engine: the sim fleet's
+    debootstrap root (Debian 12), this machine's CPython 3.10 at /opt/python3.10 with a venv
+    at /opt/vllm_kunlun (no pip), uv and setuptools from PyPI, gcc and libc6-dev. Its Python
+    is 3.10.x, not the pinned 3.10.19 (see base_image.py).
     """
-    raise NotImplementedError(
-        f"build_base_image: {pins['kunlun_stack_base_image_archive']} (docker save of "
-        f"{pins['kunlun_stack_base_image']}) is produced by the image tooling; this builder "
-        "does not make it yet")
+    from kunlun_fleet.sim import base_image
+    from kunlun_fleet.sim.config import SimError
+
+    try:
+        return base_image.build(pins, out)
+    except SimError as exc:
+        raise RuntimeError(str(exc)) from exc
 
 
 # --------------------------------------------------------------------------- manifest
@@ -340,8 +345,11 @@ def build(out: str, force: bool = False, with_base_image: bool = False, log=prin
     stamp = _stamp_path(out)
     if not force and os.path.exists(stamp):
         with open(stamp, encoding="utf-8") as fh:
+            wanted = expected_artifacts(pins)
+            if with_base_image:
+                wanted = wanted + [pins["kunlun_stack_base_image_archive"]]
             if fh.read().strip() == digest and not verify(out) and all(
-                    os.path.exists(os.path.join(out, r)) for r in expected_artifacts(pins)):
+                    os.path.exists(os.path.join(out, r)) for r in wanted):
                 log(f"bundle {out} is up to date (sources {digest[:12]})")
                 return {"changed": False, "out": out, "sources": digest, "notes": []}
     os.makedirs(out, exist_ok=True)

@@ -82,11 +82,6 @@ def test_foreign_files_are_kept_and_listed(built, tmp_path):
     assert "images/vllm-kunlun-exp-base.tar" in (copy / "MANIFEST.sha256").read_text()
 
 
-def test_base_image_is_a_clear_stub(pins, tmp_path):
-    with pytest.raises(NotImplementedError, match="vllm-kunlun-exp-base.tar"):
-        bundle.build_base_image(pins, str(tmp_path))
-
-
 def test_model_files_match_the_pins(built, pins):
     out, _ = built
     model = pins["kunlun_stack_model"]

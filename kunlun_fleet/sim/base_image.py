@@ -1,0 +1,193 @@
+"""The stand-in for the vendor's base image `docker.int.aoripus.com/vllm-kunlun-exp:base`.
+
+What the real one holds and the product relies on: a CPython 3.10 venv at /opt/vllm_kunlun
+with no pip in it, `uv` on PATH, and what vllm-kunlun's `setup.py build` needs (gcc, the
+Python 3.10 headers, setuptools in the venv). This builds that, saves it with `docker save`
+into the bundle (`images/vllm-kunlun-exp-base.tar`): the sim hosts' engines reach no
+registry, so the bundle archive is their route in, exactly as for an offline site.
+
+How, on this machine:
+- the root filesystem is the sim fleet's cached debootstrap tarball (Debian 12), reused
+  through ``image._debootstrap_tarball()`` and imported with ``docker import``;
+- Debian 12 ships Python 3.11 and no 3.10, and no Ubuntu archive key is available to
+  debootstrap an Ubuntu release here, while the vendor's torch installer and wheels are
+  cp310: the interpreter is this machine's CPython 3.10 build (pyenv, the one the tests use),
+  copied to /opt/python3.10. It is 3.10.x, NOT the pinned 3.10.19: a known difference of
+  the stand-in (the sim inventory sets image_proof_python_match: minor);
+- gcc and libc6-dev come from the Debian mirror (plain HTTP) in a `docker build` step;
+- uv and setuptools are the real wheels from PyPI (cached in $KUNLUN_SIM_HOME/cache/wheels).
+The build runs on the sim fleet's own engine. It is skipped when its inputs are unchanged.
+"""
+
+import glob
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+
+from . import image as sim_image
+from .config import BUILD_DIR, SIM_HOME, SimError, log
+from .engine import docker, docker_cli, docker_env, engine_answers
+
+CACHE_DIR = os.path.join(SIM_HOME, "cache")
+WHEEL_CACHE = os.path.join(CACHE_DIR, "wheels")
+# Real wheels from PyPI, pinned for a reproducible stand-in.
+UV_VERSION = "0.9.30"
+SETUPTOOLS_VERSION = "65.5.0"  # the one CPython 3.10's ensurepip bundles; `setup.py install` works
+ROOTFS_REPO = "kunlun-fleet/sim-base-rootfs"
+KEY_LABEL = "org.kunlun-fleet.sim-base-key"
+VENV = "/opt/vllm_kunlun"
+PY_PREFIX = "/opt/python3.10"
+APT_PACKAGES = ["gcc", "libc6-dev", "libssl3", "libffi8", "libsqlite3-0", "libbz2-1.0", "liblzma5",
+                "libreadline8", "libncursesw6", "zlib1g", "libexpat1", "libuuid1", "ca-certificates"]
+
+DOCKERFILE = """\
+FROM {rootfs}
+RUN apt-get update \\
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {apt} \\
+ && rm -rf /var/lib/apt/lists/*
+ADD python310.tar /
+RUN mkdir -p "$(dirname {orig_prefix})" && ln -s {prefix} {orig_prefix} \\
+ && echo {prefix}/lib > /etc/ld.so.conf.d/python3.10.conf && ldconfig \\
+ && {prefix}/bin/python3.10 -c 'import ssl, ctypes, zlib, sysconfig; print(sysconfig.get_paths()["include"])'
+COPY uv uvx /usr/local/bin/
+COPY {setuptools} /tmp/
+RUN {prefix}/bin/python3.10 -m venv --without-pip {venv} \\
+ && uv pip install --python {venv}/bin/python --offline --no-deps /tmp/{setuptools} \\
+ && rm /tmp/{setuptools} \\
+ && test ! -e {venv}/bin/pip
+ENV PATH={venv}/bin:$PATH
+LABEL {label}="{key}"
+CMD ["/bin/bash"]
+"""
+
+
+def python310_prefix():
+    """This machine's CPython 3.10 installation prefix (override: KUNLUN_SIM_PYTHON310_PREFIX)."""
+    cands = [os.environ.get("KUNLUN_SIM_PYTHON310_PREFIX", "")]
+    cands += sorted(glob.glob("/root/.pyenv/versions/3.10*"), reverse=True)
+    for cand in cands:
+        if cand and os.path.exists(os.path.join(cand, "bin", "python3.10")):
+            return os.path.realpath(cand)
+    raise SimError("no CPython 3.10 installation on this machine for the stand-in base image (the torch "
+                   "installer and wheels are cp310). Fix: `pyenv install 3.10` or set "
+                   "KUNLUN_SIM_PYTHON310_PREFIX to a CPython 3.10 prefix built on Debian 12")
+
+
+def _wheel(name, version):
+    """A real wheel from PyPI, downloaded once into the sim cache."""
+    os.makedirs(WHEEL_CACHE, exist_ok=True)
+    found = glob.glob(os.path.join(WHEEL_CACHE, "%s-%s-*.whl" % (name, version)))
+    if not found:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "--platform", "manylinux_2_17_x86_64", "--python-version", "3.10",
+               "-d", WHEEL_CACHE, "%s==%s" % (name, version)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        found = glob.glob(os.path.join(WHEEL_CACHE, "%s-%s-*.whl" % (name, version)))
+        if proc.returncode != 0 or not found:
+            raise SimError("could not download %s==%s from PyPI into %s:\n%s%s"
+                           % (name, version, WHEEL_CACHE, proc.stdout[-1500:], proc.stderr[-1500:]))
+    return sorted(found)[0]
+
+
+def base_key(py_prefix):
+    h = hashlib.sha256()
+    with open(os.path.abspath(__file__), "rb") as fh:
+        h.update(hashlib.sha256(fh.read()).digest())
+    h.update(sim_image.rootfs_key().encode())
+    h.update(("%s|%s|%s|%s" % (py_prefix, UV_VERSION, SETUPTOOLS_VERSION, ",".join(APT_PACKAGES))).encode())
+    out = subprocess.run([os.path.join(py_prefix, "bin", "python3.10"), "-c",
+                          "import platform; print(platform.python_version())"], capture_output=True, text=True)
+    h.update(out.stdout.encode())
+    return h.hexdigest()[:16]
+
+
+def _python_tar(py_prefix, dest):
+    """The 3.10 installation as a tar rooted at /opt/python3.10 (without its test suite)."""
+    skip = (os.sep + os.path.join("lib", "python3.10", "test"), os.sep + os.path.join("lib", "python3.10", "site-packages"))
+
+    def keep(info):
+        rel = "/" + info.name.split("/", 2)[-1] if info.name.count("/") >= 2 else ""
+        if any(rel == s or rel.startswith(s + "/") for s in skip) or "__pycache__" in info.name:
+            return None
+        info.uid = info.gid = 0
+        info.uname = info.gname = "root"
+        return info
+
+    with tarfile.open(dest, "w") as tar:
+        tar.add(py_prefix, arcname=PY_PREFIX.lstrip("/"), filter=keep)
+        site = tarfile.TarInfo(PY_PREFIX.lstrip("/") + "/lib/python3.10/site-packages")
+        site.type = tarfile.DIRTYPE
+        site.mode = 0o755
+        tar.addfile(site)
+
+
+def _image_key(ref):
+    proc = docker("image", "inspect", "--format", "{{ index .Config.Labels \"%s\" }}" % KEY_LABEL, ref, check=False)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def build(pins, out, log=log):
+    """Write out/<kunlun_stack_base_image_archive>; return its relative path."""
+    rel = pins["kunlun_stack_base_image_archive"]
+    name = pins["kunlun_stack_base_image"]
+    dest = os.path.join(out, rel)
+    py_prefix = python310_prefix()
+    key = base_key(py_prefix)
+    stamp = os.path.join(CACHE_DIR, "base-image-stamps", hashlib.sha256(os.path.abspath(dest).encode()).hexdigest()[:16])
+    if os.path.exists(dest) and os.path.exists(stamp):
+        with open(stamp) as fh:
+            if fh.read().split() == [key, str(os.path.getsize(dest))]:
+                log("base image archive %s is up to date (key %s)" % (rel, key))
+                return rel
+    if not engine_answers():
+        raise SimError("the sim fleet's Docker engine is not running; it builds the base image. "
+                       "Fix: `kunlun-fleet sim-up 0` (or sim-up N) first")
+    if _image_key(name) != key:
+        rootfs = "%s:%s" % (ROOTFS_REPO, sim_image.rootfs_key())
+        if docker("image", "inspect", rootfs, check=False).returncode != 0:
+            tarball = sim_image._debootstrap_tarball()
+            log("importing %s as %s" % (tarball, rootfs))
+            with open(tarball, "rb") as fh:
+                proc = subprocess.run([docker_cli(), "import", "-", rootfs], stdin=fh, capture_output=True,
+                                      text=True, env=docker_env())
+            if proc.returncode != 0:
+                raise SimError("docker import of %s failed: %s" % (tarball, proc.stderr))
+        uv_whl = _wheel("uv", UV_VERSION)
+        st_whl = _wheel("setuptools", SETUPTOOLS_VERSION)
+        os.makedirs(BUILD_DIR, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="base-image-", dir=BUILD_DIR) as ctx:
+            with zipfile.ZipFile(uv_whl) as zf:
+                for member in zf.namelist():
+                    base = os.path.basename(member)
+                    if "/scripts/" in member and base in ("uv", "uvx"):
+                        with zf.open(member) as src, open(os.path.join(ctx, base), "wb") as dst:
+                            shutil.copyfileobj(src, dst)
+                        os.chmod(os.path.join(ctx, base), 0o755)
+            if not os.path.exists(os.path.join(ctx, "uv")):
+                raise SimError("%s holds no uv binary" % uv_whl)
+            shutil.copy(st_whl, ctx)
+            _python_tar(py_prefix, os.path.join(ctx, "python310.tar"))
+            with open(os.path.join(ctx, "Dockerfile"), "w") as fh:
+                fh.write(DOCKERFILE.format(rootfs=rootfs, apt=" ".join(APT_PACKAGES), prefix=PY_PREFIX,
+                                           orig_prefix=py_prefix, venv=VENV, setuptools=os.path.basename(st_whl),
+                                           label=KEY_LABEL, key=key))
+            log("building %s (key %s) on the sim engine" % (name, key))
+            env = dict(docker_env(), DOCKER_BUILDKIT="0")
+            proc = subprocess.run([docker_cli(), "build", "--network", "host", "-t", name, ctx],
+                                  capture_output=True, text=True, env=env)
+            if proc.returncode != 0:
+                raise SimError("building the base image failed:\n%s%s" % (proc.stdout[-3000:], proc.stderr[-3000:]))
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    docker("save", "-o", dest + ".tmp", name, timeout=1800)
+    os.chmod(dest + ".tmp", 0o644)
+    os.replace(dest + ".tmp", dest)
+    os.makedirs(os.path.dirname(stamp), exist_ok=True)
+    with open(stamp, "w") as fh:
+        fh.write("%s %d\n" % (key, os.path.getsize(dest)))
+    log("base image %s saved to %s (%d MiB)" % (name, rel, os.path.getsize(dest) >> 20))
+    return rel

@@ -1,0 +1,222 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kunlun-fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: stack_proof
+short_description: Prove the validated combination from inside a serving image, with the accelerators
+description:
+  - Starts the image once (C(docker run --rm), never privileged, no network) with every accelerator
+    node of the host (C(--device /dev/xpuN) for each, plus C(/dev/xpuctrl)) and the serving environment,
+    and runs a standard-library probe with the image's own Python (C(<venv>/bin/python -c)).
+  - The probe reads the C(importlib.metadata) version of every pinned component, C(torch.__version__),
+    C(torch_xmlir._XMLIRC._xpu_get_devices_number()) (C(torch.xpu) is never consulted, it is an Intel
+    stub), where C(vllm_kunlun) is loaded from (it must be site-packages) and whether
+    C(from vllm_kunlun import _kunlun) works.
+  - The findings are compared with the pins and with the known-bad combinations, through the checker
+    preflight uses (C(module_utils/kunlun_stack.py)). Any mismatch fails with a table
+    C(component | expected | found).
+  - Changes nothing (the container is removed when the probe ends). In check mode the probe runs as
+    well, so C(--check) tells the truth; an image that is not on the host yet (it would be built or
+    loaded first) is then reported with I(proven=false) instead of failing.
+options:
+  image:
+    description: The image reference to prove (repository:tag or id).
+    type: str
+    required: true
+  components:
+    description: The pins (C(kunlun_stack_components)); every entry with a C(version) is checked.
+    type: dict
+    required: true
+  known_bad:
+    description: Known-bad combinations (C(kunlun_stack_known_bad)), judged on what the image holds.
+    type: list
+    elements: dict
+    default: []
+  device_count:
+    description: Accelerators torch_xmlir must count (C(kunlun_stack_device_count)).
+    type: int
+    default: 8
+  python:
+    description:
+      - The interpreter inside the image. Default C(<components.python.venv>/bin/python).
+    type: str
+  python_match:
+    description:
+      - How the interpreter is compared with the C(python) pin. C(exact) compares the full version;
+        C(minor) only major.minor (the ABI the pinned cp310 wheels need), for a base image whose
+        Python is a different patch release of the same minor version.
+    type: str
+    choices: [exact, minor]
+    default: exact
+  env:
+    description: Environment of the probe's container (the serving environment, e.g. C(XPU_VISIBLE_DEVICES)).
+    type: dict
+    default: {}
+  devices:
+    description:
+      - Device nodes to pass. Default every C(/dev/xpuN) node of the host and C(/dev/xpuctrl), so a
+        missing card shows as a wrong count in the table.
+    type: list
+    elements: path
+author:
+  - kunlun-fleet contributors
+"""
+
+EXAMPLES = r"""
+- name: Prove the serving image on the builder
+  stack_proof:
+    image: "kunlun-serving:{{ image_tag }}"
+    components: "{{ kunlun_stack_components }}"
+    known_bad: "{{ kunlun_stack_known_bad }}"
+    device_count: "{{ kunlun_stack_device_count }}"
+    env: "{{ kunlun_stack_serving_env }}"
+  register: image_proof
+"""
+
+RETURN = r"""
+proven:
+  description: Whether the probe ran and every check passed.
+  returned: always
+  type: bool
+rows:
+  description: Every check as C({component, expected, found, ok}).
+  returned: when the probe ran
+  type: list
+  elements: dict
+  sample: [{component: torch, expected: "2.5.1", found: "2.5.1", ok: true}]
+table:
+  description: The rows as a text table C(component | expected | found).
+  returned: when the probe ran
+  type: str
+report:
+  description: The probe's raw findings (versions, devices, paths, errors).
+  returned: when the probe ran
+  type: dict
+devices:
+  description: The device nodes passed to the container.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import glob
+import os
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.kunlun_stack import check_known_bad
+from ansible.module_utils.stack_proof import (
+    PROBE_SOURCE, found_versions, format_table, judge, parse_probe_output, probe_request)
+
+_XPU_NODE = re.compile(r"^xpu(\d+)$")
+
+
+def host_devices(dev_dir="/dev"):
+    """The host's accelerator nodes, /dev/xpu0.. in numeric order, then /dev/xpuctrl."""
+    nodes = []
+    for path in glob.glob(os.path.join(dev_dir, "xpu*")):
+        match = _XPU_NODE.match(os.path.basename(path))
+        if match:
+            nodes.append((int(match.group(1)), path))
+    paths = [path for _, path in sorted(nodes)]
+    ctrl = os.path.join(dev_dir, "xpuctrl")
+    if os.path.exists(ctrl):
+        paths.append(ctrl)
+    return paths
+
+
+def interpreter(params):
+    """The image's Python: the option, else <venv>/bin/python from the python pin."""
+    if params.get("python"):
+        return params["python"]
+    python = params["components"].get("python")
+    venv = python.get("venv") if isinstance(python, dict) else None
+    return venv.rstrip("/") + "/bin/python" if venv else None
+
+
+def probe_command(docker, image, python, devices, env, request):
+    """The docker run command line of the probe (a list; never privileged, no network)."""
+    cmd = [docker, "run", "--rm", "--network", "none", "--workdir", "/",
+           "--label", "org.kunlun-fleet.stack-proof=1", "--entrypoint", python]
+    for node in devices:
+        cmd += ["--device", "%s:%s" % (node, node)]
+    for key in sorted(env):
+        cmd += ["--env", "%s=%s" % (key, env[key])]
+    return cmd + [image, "-c", PROBE_SOURCE, request]
+
+
+def evaluate(report, params):
+    """(rows, failed rows) of a probe report against the module's parameters."""
+    problems = check_known_bad(found_versions(report), params["known_bad"] or [])
+    rows = judge(report, params["components"], params["device_count"],
+                 params["python_match"], problems)
+    return rows, [r for r in rows if not r["ok"]]
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            image=dict(type="str", required=True),
+            components=dict(type="dict", required=True),
+            known_bad=dict(type="list", elements="dict", default=[]),
+            device_count=dict(type="int", default=8),
+            python=dict(type="str"),
+            python_match=dict(type="str", choices=["exact", "minor"], default="exact"),
+            env=dict(type="dict", default={}),
+            devices=dict(type="list", elements="path"),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    image = params["image"]
+    python = interpreter(params)
+    if not python:
+        module.fail_json(msg="stack_proof: no interpreter to run the probe with: components.python.venv is not "
+                             "set. Fix: set kunlun_stack_components.python.venv (the base image's venv, "
+                             "/opt/vllm_kunlun) or pass python=<path inside the image>.")
+    devices = params["devices"] if params["devices"] is not None else host_devices()
+    docker = module.get_bin_path("docker", required=True)
+
+    rc, out, err = module.run_command([docker, "image", "inspect", "--format", "{{.Id}}", image])
+    if rc != 0:
+        if module.check_mode:
+            module.exit_json(changed=False, proven=False, devices=devices,
+                             msg="image %s is not on this host yet (check mode: it would be built or "
+                                 "loaded first); not proven" % image)
+        module.fail_json(msg="stack_proof: image %s is not on this host (%s). Fix: build it with "
+                             "playbooks/image.yml, or docker load it, before proving it."
+                             % (image, (err or out).strip()), devices=devices, proven=False)
+
+    env = dict((str(k), str(v)) for k, v in (params["env"] or {}).items())
+    cmd = probe_command(docker, image, python, devices, env, probe_request(params["components"]))
+    rc, out, err = module.run_command(cmd)
+    try:
+        report = parse_probe_output(out)
+    except ValueError as exc:
+        module.fail_json(msg="stack_proof: the probe did not run in image %s with %s (rc=%d): %s %s. Fix: the "
+                             "image must hold the base image's venv (its Python at %s); check that the "
+                             "devices %s exist and docker can start containers on this host."
+                             % (image, python, rc, exc, (err or "").strip()[-1500:], python, ", ".join(devices)),
+                         devices=devices, proven=False, rc=rc, stdout=out, stderr=err)
+
+    rows, failed = evaluate(report, params)
+    table = format_table(rows)
+    if failed:
+        module.fail_json(
+            msg="stack_proof: image %s does not hold the validated combination (%d of %d checks failed):\n%s\n"
+                "Fix: rebuild the image from the pins with playbooks/image.yml; for the accelerator count, "
+                "check the driver (xpu-smi, /dev/xpu*) on this host."
+                % (image, len(failed), len(rows), format_table(failed)),
+            proven=False, rows=rows, table=table, report=report, devices=devices)
+    module.exit_json(changed=False, proven=True, rows=rows, table=table, report=report, devices=devices)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""Issue 6 item 5 end to end on the 3-host sim fleet: one build, three hosts hold the
+image, the proof passes on each, a second run builds and sends nothing.
+
+Needs the fleet with storage, engine and driver converged (the playbooks run first here)
+and the stand-in base image in the sim bundle."""
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
+PINS = yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text())
+HOSTS = ["kf-node-1", "kf-node-2", "kf-node-3"]
+# The stand-in base image's Python is 3.10.x, not the pinned 3.10.19 (kunlun_fleet/sim/base_image.py).
+EXTRA = ["-e", "image_proof_python_match=minor"]
+
+
+def playbook(name, *extra):
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", "inventories/sim", "playbooks/%s" % name,
+                           *extra], cwd=ROOT, env=env, text=True, capture_output=True, timeout=3600)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def recap(out):
+    hosts = {}
+    for line in out.split("PLAY RECAP")[-1].splitlines():
+        m = re.match(r"^(\S+)\s+:\s+(.*)$", line.strip())
+        if m:
+            hosts[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
+    return hosts
+
+
+def adhoc(host, module, args):
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json")
+    proc = subprocess.run([str(ROOT / ".venv/bin/ansible"), "-i", "inventories/sim", host, "-m", module, "-a", args],
+                          cwd=ROOT, env=env, text=True, capture_output=True, timeout=600)
+    return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"][host]
+
+
+@pytest.fixture(scope="module")
+def first_run(sim_fleet):
+    subprocess.run([str(ROOT / ".venv/bin/python"), "-c",
+                    "import os\nfrom kunlun_fleet.sim import bundle\nout = os.path.join(bundle.SIM_HOME, 'bundle')\n"
+                    "bundle.build(out)\nbundle.build_base_image(bundle.load_pins(), out)\nbundle.write_manifest(out)\n"],
+                   cwd=ROOT, check=True, timeout=1800)
+    for stage in ("storage.yml", "engine.yml", "driver.yml"):
+        rc, out = playbook(stage)
+        assert rc == 0, "%s failed:\n%s" % (stage, out[-4000:])
+    rc, out = playbook("image.yml", *EXTRA)
+    assert rc == 0, out[-6000:]
+    return out
+
+
+def test_built_once_and_sent_to_the_two_others(first_run):
+    assert first_run.count("Build | Build the image") == 1
+    streamed = re.findall(r"changed: \[(kf-node-\d) -> localhost\]", first_run.split("Stream the image")[1].split("TASK")[0])
+    assert sorted(streamed) == ["kf-node-2", "kf-node-3"]
+
+
+def test_every_host_holds_the_tag_and_proves_it(first_run):
+    tag = re.search(r"serving image (kunlun-serving:[0-9a-f]{16})", first_run).group(1)
+    ids = set()
+    for host in HOSTS:
+        info = adhoc(host, "community.docker.docker_image_info", "name=%s" % tag)
+        assert len(info["images"]) == 1, host
+        ids.add(info["images"][0]["Id"])
+        proof = adhoc(host, "stack_proof", json.dumps({
+            "image": tag, "components": PINS["kunlun_stack_components"], "python_match": "minor",
+            "known_bad": PINS["kunlun_stack_known_bad"], "env": PINS["kunlun_stack_serving_env"]}))
+        assert proof.get("proven") is True, proof.get("msg")
+    assert len(ids) == 1
+
+
+def test_second_run_builds_and_sends_nothing(first_run):
+    rc, out = playbook("image.yml", *EXTRA)
+    assert rc == 0, out[-4000:]
+    assert all(v["changed"] == 0 for v in recap(out).values()), recap(out)
+
+
+def test_check_mode_changes_nothing(first_run):
+    rc, out = playbook("image.yml", "--check", "--diff", *EXTRA)
+    assert rc == 0, out[-4000:]
+    assert all(v["changed"] == 0 for v in recap(out).values()), recap(out)

@@ -1,0 +1,102 @@
+"""playbooks/image.yml refuses bad input on the controller (nothing built, no host
+contacted), and the image tag is a hash of exactly its inputs."""
+
+import copy
+import re
+
+from image_helpers import PINS, ROOT, write_manifest
+
+TAG_PLAYBOOK = ROOT / "tests/image/tag.yml"
+
+
+def refused(rc, out, *needles):
+    assert rc != 0, out[-3000:]
+    for needle in needles:
+        assert needle in out, "expected %r in:\n%s" % (needle, out[-4000:])
+    assert "UNREACHABLE" not in out and "Build | " not in out and "Distribute | " not in out, out[-4000:]
+
+
+def tag_of(site, *extra):
+    rc, out = site.run(TAG_PLAYBOOK, *extra)
+    assert rc == 0, out[-4000:]
+    return re.search(r"IMAGE_TAG=([0-9a-f]{16})", out).group(1)
+
+
+def test_checksum_mismatch_is_refused(site):
+    rel = PINS["kunlun_stack_components"]["cocopod"]["artifact"]
+    (site.bundle / rel).write_bytes(b"tampered\n")
+    refused(*site.run(), rel, "the manifest says", "Fix:")
+
+
+def test_missing_artifact_is_refused(site):
+    rel = PINS["kunlun_stack_components"]["vllm_kunlun"]["artifact"]
+    (site.bundle / rel).unlink()
+    write_manifest(site.bundle)
+    refused(*site.run(), rel, "missing", "Fix:")
+
+
+def test_known_bad_pins_are_refused_by_stack_rules(site):
+    comps = copy.deepcopy(PINS["kunlun_stack_components"])
+    comps["transformers"]["version"] = "5.5.3"
+    site.vars["kunlun_stack_components"] = comps
+    refused(*site.run(), "Validate | The pins pass", "known-bad combination", "max_pixels", "Fix:")
+
+
+def test_known_bad_is_refused_even_when_unvalidated_pins_are_allowed(site):
+    comps = copy.deepcopy(PINS["kunlun_stack_components"])
+    comps["vllm_kunlun"].update(version="0.25.1.dev0", commit="2fda97b")
+    site.vars.update(kunlun_stack_components=comps, kunlun_stack_allow_unvalidated=True)
+    refused(*site.run(), "2fda97b", "known-bad combination")
+
+
+def test_base_image_missing_and_no_registry_is_refused(site):
+    (site.bundle / PINS["kunlun_stack_base_image_archive"]).unlink()
+    write_manifest(site.bundle)
+    refused(*site.run(), "has no source: image_registry is empty", PINS["kunlun_stack_base_image"], "Fix:")
+
+
+def test_no_bundle_is_refused(site):
+    site.vars["kunlun_stack_bundle_dir"] = ""
+    refused(*site.run(), "kunlun_stack_bundle_dir is \"\"", "Fix:")
+
+
+def test_with_a_registry_the_base_archive_is_not_needed(site):
+    (site.bundle / PINS["kunlun_stack_base_image_archive"]).unlink()
+    write_manifest(site.bundle)
+    site.vars.update(image_registry=PINS["kunlun_stack_base_image"].split("/")[0], image_registry_username="u",
+                     image_registry_password="s3cret-never-logged")
+    rc, out = site.run(TAG_PLAYBOOK)
+    assert rc == 0, out[-3000:]
+    assert "s3cret-never-logged" not in out
+
+
+def test_a_registry_that_does_not_hold_the_base_image_is_refused(site):
+    site.vars["image_registry"] = "registry.example:5000"
+    refused(*site.run(), "is not in it", PINS["kunlun_stack_base_image"].split("/")[0], "Fix:")
+
+
+def test_tag_is_stable_and_follows_every_input(site, tmp_path):
+    base = tag_of(site)
+    assert tag_of(site) == base
+    # an artifact's bytes (and so its manifest line)
+    rel = PINS["kunlun_stack_components"]["triton"]["artifact"]
+    (site.bundle / rel).write_bytes(b"another triton build\n")
+    write_manifest(site.bundle)
+    changed_artifact = tag_of(site)
+    assert changed_artifact != base
+    # the base image archive
+    (site.bundle / PINS["kunlun_stack_base_image_archive"]).write_bytes(b"another base\n")
+    write_manifest(site.bundle)
+    changed_base = tag_of(site)
+    assert changed_base not in (base, changed_artifact)
+    # a pin (an unvalidated but not known-bad one, allowed)
+    comps = copy.deepcopy(PINS["kunlun_stack_components"])
+    comps["xspeedgate_ops"]["version"] = "0.0.1+torch25"
+    site.vars.update(kunlun_stack_components=comps, kunlun_stack_allow_unvalidated=True)
+    changed_pin = tag_of(site)
+    assert changed_pin != changed_base
+    # an extra CA certificate
+    ca = tmp_path / "site-ca.crt"
+    ca.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    site.vars["image_ca_certificates"] = [str(ca)]
+    assert tag_of(site) not in (changed_pin,)
