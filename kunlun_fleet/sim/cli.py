@@ -17,6 +17,7 @@ from .config import INVENTORY_DIR, REPO_ROOT, SimError
 def _cmd_up(args):
     from . import fleet
     fleet.up(args.count, args.fault or (), rebuild=args.rebuild, refresh=args.refresh)
+    _build_bundle()
     _print_status()
     return 0
 
@@ -80,7 +81,9 @@ def _build_bundle():
         log("note: no sim bundle builder (%s); site.yml will find no bundle" % exc)
         return
     try:
-        bundle.build(BUNDLE_DIR, log=log)
+        # The base image archive too: the image stage loads it from the bundle (no
+        # registry is reachable from the sim hosts).
+        bundle.build(BUNDLE_DIR, with_base_image=True, log=log)
     except (NotImplementedError, RuntimeError, OSError) as exc:
         log("note: the sim bundle could not be built: %s" % exc)
 
