@@ -24,7 +24,8 @@ def recap(out):
     """{host: {ok, changed, failed, ...}} from the PLAY RECAP."""
     hosts = {}
     for line in out.split("PLAY RECAP")[-1].splitlines():
-        m = re.match(r"^(\S+)\s+:\s+(.*)$", line.strip())
+        # Host lines only: the task-timing summary after the recap has "role : task" lines.
+        m = re.match(r"^(\S+)\s+:\s+(ok=.*)$", line.strip())
         if m:
             hosts[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
     return hosts
