@@ -1,8 +1,8 @@
 """Issue 6 item 5 end to end on the 3-host sim fleet: one build, three hosts hold the
 image, the proof passes on each, a second run builds and sends nothing.
 
-Needs the fleet with storage, engine and driver converged (the playbooks run first here)
-and the stand-in base image in the sim bundle."""
+The hosts are reset first, then storage, engine and driver are converged, then the image
+stage runs."""
 
 import json
 import os
@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from kunlun_fleet.sim.testing import sim
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
@@ -31,7 +33,8 @@ def playbook(name, *extra):
 def recap(out):
     hosts = {}
     for line in out.split("PLAY RECAP")[-1].splitlines():
-        m = re.match(r"^(\S+)\s+:\s+(.*)$", line.strip())
+        # Host lines only: the task-timing summary after the recap has "role : task" lines.
+        m = re.match(r"^(\S+)\s+:\s+(ok=.*)$", line.strip())
         if m:
             hosts[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
     return hosts
@@ -47,10 +50,10 @@ def adhoc(host, module, args):
 
 @pytest.fixture(scope="module")
 def first_run(sim_fleet):
-    subprocess.run([str(ROOT / ".venv/bin/python"), "-c",
-                    "import os\nfrom kunlun_fleet.sim import bundle\nout = os.path.join(bundle.SIM_HOME, 'bundle')\n"
-                    "bundle.build(out)\nbundle.build_base_image(bundle.load_pins(), out)\nbundle.write_manifest(out)\n"],
-                   cwd=ROOT, check=True, timeout=1800)
+    # Bare hosts (other suites may have converged them); sim-up already built the bundle,
+    # base image archive included.
+    for host in HOSTS:
+        sim("sim-reset", host)
     for stage in ("storage.yml", "engine.yml", "driver.yml"):
         rc, out = playbook(stage)
         assert rc == 0, "%s failed:\n%s" % (stage, out[-4000:])
