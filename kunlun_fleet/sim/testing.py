@@ -49,12 +49,19 @@ def playbook(name, *args, check=True):
                           cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if check and proc.returncode != 0:
         raise AssertionError("ansible-playbook %s failed:\n%s" % (name, proc.stdout))
-    recap = {}
-    for m in re.finditer(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)",
-                         proc.stdout, re.M):
-        recap[m.group(1)] = {"ok": int(m.group(2)), "changed": int(m.group(3)),
-                             "unreachable": int(m.group(4)), "failed": int(m.group(5))}
-    return proc, recap
+    return proc, recap(proc.stdout)
+
+
+def recap(text):
+    """{host: {ok, changed, unreachable, failed, ...}} from the last PLAY RECAP in text.
+
+    Host lines only: the task-timing summary after the recap has "role : task" lines."""
+    hosts = {}
+    for line in text.split("PLAY RECAP")[-1].splitlines():
+        m = re.match(r"^(\S+)\s+:\s+(ok=.*)$", line.strip())
+        if m:
+            hosts[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
+    return hosts
 
 
 def ssh(host_index, command, check=True):

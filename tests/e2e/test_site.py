@@ -1,13 +1,12 @@
 """site.yml end to end on the 3-host sim fleet, then the checks an operator would make."""
 
 import os
-import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from kunlun_fleet.sim.testing import sim
+from kunlun_fleet.sim.testing import recap, sim
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.sim
@@ -18,17 +17,6 @@ def run_site(*extra):
     proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", "inventories/sim", "site.yml", *extra],
                           cwd=ROOT, env=env, text=True, capture_output=True, timeout=3600)
     return proc.returncode, proc.stdout + proc.stderr
-
-
-def recap(out):
-    """{host: {ok, changed, failed, ...}} from the PLAY RECAP."""
-    hosts = {}
-    for line in out.split("PLAY RECAP")[-1].splitlines():
-        # Host lines only: the task-timing summary after the recap has "role : task" lines.
-        m = re.match(r"^(\S+)\s+:\s+(ok=.*)$", line.strip())
-        if m:
-            hosts[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
-    return hosts
 
 
 @pytest.fixture(scope="module")

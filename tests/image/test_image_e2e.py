@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kunlun_fleet.sim.testing import sim
+from kunlun_fleet.sim.testing import recap, sim
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
@@ -28,16 +28,6 @@ def playbook(name, *extra):
     proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", "inventories/sim", "playbooks/%s" % name,
                            *extra], cwd=ROOT, env=env, text=True, capture_output=True, timeout=3600)
     return proc.returncode, proc.stdout + proc.stderr
-
-
-def recap(out):
-    hosts = {}
-    for line in out.split("PLAY RECAP")[-1].splitlines():
-        # Host lines only: the task-timing summary after the recap has "role : task" lines.
-        m = re.match(r"^(\S+)\s+:\s+(ok=.*)$", line.strip())
-        if m:
-            hosts[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
-    return hosts
 
 
 def adhoc(host, module, args):
