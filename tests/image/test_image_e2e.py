@@ -35,7 +35,11 @@ def adhoc(host, module, args):
                ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
     proc = subprocess.run([str(ROOT / ".venv/bin/ansible"), "-i", "inventories/sim", host, "-m", module, "-a", args],
                           cwd=ROOT, env=env, text=True, capture_output=True, timeout=600)
-    return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"][host]
+    # The JSON document follows the task-timing callback's lines (ansible.cfg enables it).
+    start = proc.stdout.find("{")
+    assert start >= 0, proc.stdout + proc.stderr
+    result, _ = json.JSONDecoder().raw_decode(proc.stdout[start:])
+    return result["plays"][0]["tasks"][0]["hosts"][host]
 
 
 @pytest.fixture(scope="module")
