@@ -3,6 +3,7 @@
   kunlun-fleet deploy -i INVENTORY [ansible-playbook args]   site.yml
   kunlun-fleet stage NAME -i INVENTORY [args]                playbooks/NAME.yml
   kunlun-fleet bundle-check DIR                              verify an offline bundle
+  kunlun-fleet api-key -i INVENTORY [--show]                 make the fleet's API key once (ansible-vault)
   kunlun-fleet sim-up N | sim-down | sim-status | sim-reset HOST | demo
 """
 
@@ -21,9 +22,22 @@ def _module_utils():
         sys.path.insert(0, path)
 
 
-def ansible_env():
-    """Environment for ansible commands run from the CLI: this checkout's ansible.cfg."""
-    return dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+def ansible_env(inventory=None):
+    """Environment for ansible commands run from the CLI: this checkout's ansible.cfg and,
+    when the inventory has one, its vault password file (the fleet's API key)."""
+    from kunlun_fleet import vault
+
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    return vault.vault_env(inventory, env) if inventory and os.path.isdir(inventory) else env
+
+
+def _inventory_arg(args):
+    for i, arg in enumerate(args):
+        if arg in ("-i", "--inventory") and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--inventory="):
+            return arg.split("=", 1)[1]
+    return None
 
 
 def ansible_bin(name):
@@ -35,7 +49,7 @@ def ansible_bin(name):
 def run_playbook(playbook, args):
     cmd = [ansible_bin("ansible-playbook"), str(ROOT / playbook)] + list(args)
     os.chdir(ROOT)
-    os.execvpe(cmd[0], cmd, ansible_env())
+    os.execvpe(cmd[0], cmd, ansible_env(_inventory_arg(args)))
 
 
 def cmd_deploy(ns, rest):
@@ -70,6 +84,19 @@ def cmd_bundle_check(ns, rest):
     print("bundle %s: every file matches MANIFEST.sha256 and every pinned artifact is present" % ns.bundle_dir)
 
 
+def cmd_api_key(ns):
+    from kunlun_fleet import vault
+
+    if ns.show:
+        print(vault.read_api_key(ns.inventory, ns.vault_password_file))
+        return 0
+    created, path = vault.ensure_api_key(ns.inventory, ns.vault_password_file)
+    pw = ns.vault_password_file or vault.paths(ns.inventory)[0]
+    print("%s the fleet's API key in %s (ansible-vault, password file %s). Print it with "
+          "`kunlun-fleet api-key -i %s --show`." % ("made" if created else "kept", path, pw, ns.inventory))
+    return 0
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="kunlun-fleet", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -84,6 +111,11 @@ def build_parser():
     p.add_argument("--no-base-image", action="store_true",
                    help="the base image comes from a registry, not from the bundle")
     p.set_defaults(func=cmd_bundle_check)
+    p = sub.add_parser("api-key", help="make the fleet's API key once, into INVENTORY/group_vars/all/vault.yml")
+    p.add_argument("-i", "--inventory", required=True, help="the inventory directory")
+    p.add_argument("--vault-password-file", help="default: INVENTORY/.vault-password (made when missing)")
+    p.add_argument("--show", action="store_true", help="print the key (for a client); nothing else does")
+    p.set_defaults(func=cmd_api_key)
     try:  # the sim tooling is optional for operators of real fleets
         from kunlun_fleet.sim import bundle as sim_bundle, cli as sim_cli
     except ImportError:

@@ -1,5 +1,6 @@
 """Shared test set-up: the project's module_utils and library importable as Ansible sees them."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -17,6 +18,14 @@ if str(ROOT / "module_utils") not in ansible.module_utils.__path__:
 for extra in (ROOT / "library", ROOT):
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
+
+# The sim fleet's API key (made once, as sim-up does) and its vault password for every
+# ansible command the suites run, whichever way they build their environment.
+from kunlun_fleet import vault  # noqa: E402 (sys.path set just above)
+from kunlun_fleet.sim.config import INVENTORY_DIR  # noqa: E402
+
+vault.ensure_api_key(INVENTORY_DIR)
+os.environ.setdefault("ANSIBLE_VAULT_PASSWORD_FILE", vault.paths(INVENTORY_DIR)[0])
 
 
 @pytest.fixture(scope="session")

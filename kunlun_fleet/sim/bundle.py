@@ -10,6 +10,8 @@ from the pins (`roles/kunlun_stack/defaults/main.yml`, read here, never copied):
     torch/xpytorch-...run                  torch 2.5.1 + torch_xmlir, makeself-style installer
     wheels/kunlun_ops, triton, xspeedgate_ops, cocopod, vllm   stand-in wheels (zipfile-built)
     wheels/transformers-5.2.0-...whl       the real wheel from PyPI (cached)
+    wheelhouse/vllm_router-0.1.17-...whl   the gateway's router and every wheel it needs, for the
+                                           gateway hosts' Python (pip download from PyPI, cached)
     src/vllm-kunlun-0.15.1.dev0-4885de2.tar.gz   source tree with a C extension, patches
     models/<dir>/ and models/<dir>.sha256  small model with real config.json and tokenizer
     images/vllm-kunlun-exp-base.tar        only with --with-base-image (build_base_image)
@@ -18,8 +20,8 @@ from the pins (`roles/kunlun_stack/defaults/main.yml`, read here, never copied):
 Outputs are deterministic (fixed timestamps and order in every archive), so the same
 sources give the same bytes and the same manifest. `build` is skipped when the sources,
 the pins and the output are unchanged (a stamp in the sim cache records what was built).
-Files in the bundle that this builder does not own (images/, debs/, wheelhouse/) are kept
-and covered by the manifest.
+Files in the bundle that this builder does not own (images/, debs/, other wheels in
+wheelhouse/) are kept and covered by the manifest.
 """
 import argparse
 import gzip
@@ -231,6 +233,50 @@ def fetch_transformers(pins: dict, out: str) -> str:
     return rel
 
 
+def fetch_wheelhouse(pins: dict, out: str) -> list:
+    """The gateway's router (kunlun_stack_gateway_router) and all its dependency wheels for
+    the gateway hosts' CPython (Debian 12: 3.11, manylinux x86_64), downloaded once into
+    the sim cache (kept as a set: the same wheels on every later build), copied into
+    wheelhouse/ of the bundle."""
+    gw = pins["kunlun_stack_gateway_router"]
+    rel = gw["artifact"]
+    sub = os.path.dirname(rel)
+    py = str(gw["python"])
+    tag = "cp" + py.replace(".", "")
+    cache = os.path.join(CACHE_DIR, "wheelhouse", f"{gw['package']}-{gw['version']}-{tag}")
+    complete = os.path.join(cache, ".complete")
+    if not os.path.exists(complete):
+        tmp = cache + ".partial"
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+        cmd = [sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--disable-pip-version-check",
+               "--python-version", py, "--implementation", "cp", "--abi", tag,
+               "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
+               "--platform", "manylinux2014_x86_64", "--platform", "manylinux1_x86_64",
+               "--platform", "linux_x86_64", "-d", tmp, f"{gw['package']}=={gw['version']}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0 or not os.path.exists(os.path.join(tmp, os.path.basename(rel))):
+            raise RuntimeError(
+                f"could not download {gw['package']}=={gw['version']} ({os.path.basename(rel)}) and its "
+                f"dependencies for CPython {py} into {tmp}:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+        shutil.rmtree(cache, ignore_errors=True)
+        os.replace(tmp, cache)
+        _write(complete, b"")
+    written = []
+    for name in sorted(os.listdir(cache)):
+        if not name.endswith(".whl"):
+            continue
+        src = os.path.join(cache, name)
+        path = os.path.join(out, sub, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if not os.path.exists(path) or sha256_file(path) != sha256_file(src):
+            shutil.copyfile(src, path + ".tmp")
+            os.chmod(path + ".tmp", 0o644)
+            os.replace(path + ".tmp", path)
+        written.append(f"{sub}/{name}")
+    return written
+
+
 def build_torch(pins: dict, out: str) -> str:
     rel = component(pins, "torch")["artifact"]
     path = os.path.join(out, rel)
@@ -334,6 +380,8 @@ def verify(out: str) -> list:
 def expected_artifacts(pins: dict) -> list:
     comps = pins["kunlun_stack_components"]
     rels = [c["artifact"] for c in comps.values() if "artifact" in c]
+    if pins.get("kunlun_stack_gateway_router"):
+        rels.append(pins["kunlun_stack_gateway_router"]["artifact"])
     return rels + [pins["kunlun_stack_model"]["manifest"]]
 
 
@@ -358,6 +406,7 @@ def build(out: str, force: bool = False, with_base_image: bool = False, log=prin
     written += build_small_wheels(pins, out)
     written.append(build_vllm_wheel(pins, out))
     written.append(fetch_transformers(pins, out))
+    written += fetch_wheelhouse(pins, out)
     written.append(build_torch(pins, out))
     written.append(build_vllm_kunlun(pins, out))
     written += build_model(pins, out)

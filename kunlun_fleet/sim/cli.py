@@ -105,7 +105,8 @@ def _cmd_demo(args):
         ansible_playbook = "ansible-playbook"
     cmd = [ansible_playbook, "-i", INVENTORY_DIR, playbook] + extra
     print("\n$ %s" % " ".join(cmd), flush=True)
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO_ROOT, "ansible.cfg"))
+    from kunlun_fleet import vault
+    env = dict(vault.vault_env(INVENTORY_DIR), ANSIBLE_CONFIG=os.path.join(REPO_ROOT, "ansible.cfg"))
     play_started = time.time()
     if not os.path.exists(playbook):
         print("site.yml not found at %s" % playbook)
@@ -117,10 +118,31 @@ def _cmd_demo(args):
     print("sim fleet: %d hosts up in %.1f s" % (args.count, up_time))
     _print_status()
     print("site.yml: %s in %.1f s (rc=%d)" % ("succeeded" if rc == 0 else "FAILED", play_time, rc))
-    report = os.path.join(REPO_ROOT, "reports")
-    if os.path.isdir(report):
-        print("reports: %s" % report)
+    _print_endpoint(os.path.join(REPO_ROOT, "reports"))
     return rc
+
+
+def _print_endpoint(report_dir):
+    """The acceptance lines and how to call the fleet endpoint (the key itself is not printed)."""
+    lines = os.path.join(report_dir, "acceptance.txt")
+    figures = os.path.join(report_dir, "acceptance.json")
+    if not (os.path.exists(lines) and os.path.exists(figures)):
+        return
+    print("acceptance (%s):" % lines)
+    with open(lines) as handle:
+        for line in handle.read().splitlines():
+            print("  " + line)
+    with open(figures) as handle:
+        data = json.load(handle)
+    url, model = data.get("fleet_url"), data.get("model")
+    if not url:
+        return
+    print("fleet endpoint: %s/v1 (model %s), OpenAI-compatible; call it with the fleet's API key:" % (url, model))
+    print("  export OPENAI_API_KEY=\"$(.venv/bin/kunlun-fleet api-key -i inventories/sim --show)\"")
+    print("  curl -sN %s/v1/chat/completions -H \"Authorization: Bearer $OPENAI_API_KEY\" \\\n"
+          "       -H 'Content-Type: application/json' \\\n"
+          "       -d '{\"model\": \"%s\", \"stream\": true, \"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}]}'"
+          % (url, model))
 
 
 def _guarded(func):

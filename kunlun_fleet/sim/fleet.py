@@ -356,6 +356,10 @@ STATIC_VARS = """---
 # The offline bundle on the controller: the sim artifacts (stand-in XRE installer,
 # wheels, base image, model files) are built there.
 kunlun_stack_bundle_dir: %s
+
+# The gateway's router (vllm-router) and its dependencies come from the bundle's
+# wheelhouse/ (sim-up downloads them into it), as on an offline site.
+gateway_install_from: bundle
 """ % BUNDLE_DIR
 
 
@@ -417,6 +421,9 @@ def write_inventory(indexes, keys):
                   GENERATED + "# This machine's extra CA certificates (its egress proxy's), trusted on\n"
                   "# the sim hosts the way the product trusts any extra CA (ca_trust_ role).\n---\n"
                   + _yaml({"ca_trust_certificates": cas}))
+    # The fleet's API key, made once and kept (ansible-vault) across sim-up runs.
+    from kunlun_fleet import vault
+    vault.ensure_api_key(INVENTORY_DIR)
 
 
 def remove_inventory():

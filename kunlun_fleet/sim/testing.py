@@ -30,7 +30,8 @@ def sim(*args, check=True):
 
 
 def _env():
-    return dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+    from kunlun_fleet import vault
+    return dict(vault.vault_env(INVENTORY), ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
                 ANSIBLE_DEPRECATION_WARNINGS="False", ANSIBLE_NOCOLOR="1")
 
 

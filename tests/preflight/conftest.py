@@ -43,8 +43,13 @@ class Inventory:
 
 @pytest.fixture
 def inventory(tmp_path):
+    from kunlun_fleet import vault
+
     dest = tmp_path / "inventory"
     shutil.copytree(ROOT / "inventories/example", dest)
+    # The fleet's API key, vaulted with the password every test run has
+    # (ANSIBLE_VAULT_PASSWORD_FILE, set in tests/conftest.py).
+    vault.ensure_api_key(str(dest), os.environ["ANSIBLE_VAULT_PASSWORD_FILE"])
     return Inventory(dest)
 
 

@@ -5,6 +5,8 @@ reached: every failure here happens on the controller) and expects a message nam
 item and the fix.
 """
 
+import os
+
 import pytest
 
 
@@ -62,6 +64,32 @@ def test_empty_xpu_servers_group(inventory, run_preflight):
     rc, out = run_preflight(inventory)
     assert rc != 0
     assert "group xpu_servers has no hosts" in out, out[-3000:]
+
+
+def test_empty_gateways_group(inventory, run_preflight):
+    hosts = inventory.hosts()
+    hosts["all"]["children"]["gateways"]["hosts"] = {}
+    inventory.save("hosts.yml", hosts)
+    rc, out = run_preflight(inventory)
+    assert rc != 0
+    assert "group gateways has no hosts: add at least one host under gateways in hosts.yml" in out, out[-3000:]
+
+
+def test_no_api_key_in_the_vault(inventory, run_preflight):
+    (inventory.path / "group_vars/all/vault.yml").unlink()
+    rc, out = run_preflight(inventory)
+    assert rc != 0
+    assert "No API key for the fleet: vault_kunlun_api_key is not set" in out, out[-3000:]
+    assert "kunlun-fleet api-key -i <inventory>" in out
+    assert "Host | " not in out
+
+
+def test_api_key_is_never_printed(inventory, run_preflight):
+    from kunlun_fleet import vault
+
+    key = vault.read_api_key(str(inventory.path), os.environ["ANSIBLE_VAULT_PASSWORD_FILE"])
+    rc, out = run_preflight(inventory, "-vvv")
+    assert key not in out, "the API key appears in preflight's -vvv output"
 
 
 def test_two_hosts_one_address(inventory, run_preflight):

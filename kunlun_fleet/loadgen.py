@@ -1,0 +1,68 @@
+"""A small load generator for the fleet endpoint (the e2e suite and scripts/bench_rollout.py).
+
+Clients send chat completions (streamed) and completions through the endpoint with the
+official openai client until stopped. The client retries (max_retries) what a restart
+interrupts; a request that still fails is counted as lost."""
+
+import threading
+import time
+
+
+class Load:
+    def __init__(self, url, model, api_key, clients=4, max_tokens=24, max_retries=4):
+        import openai
+
+        self.model, self.max_tokens = model, max_tokens
+        self.client = openai.OpenAI(base_url=url.rstrip("/") + "/v1", api_key=api_key,
+                                    max_retries=max_retries, timeout=120)
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.ok, self.failed, self.tokens = 0, [], 0
+        self.started = self.ended = None
+        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(clients)]
+
+    def _one(self, streamed):
+        if not streamed:
+            out = self.client.completions.create(model=self.model, prompt="The sea", max_tokens=self.max_tokens)
+            return out.choices[0].text, out.usage.completion_tokens
+        text, tokens = "", 0
+        stream = self.client.chat.completions.create(
+            model=self.model, stream=True, max_tokens=self.max_tokens, stream_options={"include_usage": True},
+            messages=[{"role": "user", "content": "Hello"}])
+        for chunk in stream:
+            if chunk.choices:
+                text += chunk.choices[0].delta.content or ""
+            if chunk.usage:
+                tokens = chunk.usage.completion_tokens
+        return text, tokens
+
+    def _run(self, index):
+        while not self.stop.is_set():
+            try:
+                text, tokens = self._one(streamed=index % 2 == 0)
+                with self.lock:
+                    if text:
+                        self.ok += 1
+                        self.tokens += tokens or 0
+                    else:
+                        self.failed.append("empty answer")
+            except Exception as exc:  # every failure counts: nothing may be lost
+                with self.lock:
+                    self.failed.append(repr(exc))
+
+    def __enter__(self):
+        self.started = time.monotonic()
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=180)
+        self.ended = time.monotonic()
+
+    def summary(self):
+        wall = (self.ended or time.monotonic()) - self.started
+        return {"requests_ok": self.ok, "requests_failed": len(self.failed), "output_tokens": self.tokens,
+                "wall_s": round(wall, 1), "output_tok_s": round(self.tokens / wall, 1) if wall else 0.0}

@@ -1,0 +1,39 @@
+"""Serve refuses bad input on a sim host before it changes anything there."""
+
+import os
+import subprocess
+
+import pytest
+
+from kunlun_fleet.sim.testing import INVENTORY, REPO, VENV_BIN, _env, ssh
+
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
+
+
+def serve(*extra):
+    proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", INVENTORY, "playbooks/serve.yml", *extra],
+                          cwd=REPO, env=_env(), text=True, capture_output=True, timeout=900)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def nothing_written(host):
+    left = ssh(host, "ls -d /etc/systemd/system/kunlun-serve.service /etc/kunlun-serve 2>&1 || true").stdout
+    return left.count("No such file or directory") == 2
+
+
+def test_serving_port_taken_by_another_program(fresh_host):
+    host = fresh_host(3)
+    ssh(host, "systemd-run --unit kf-port-squatter python3 -m http.server 8000 --bind 0.0.0.0 && sleep 1")
+    rc, out = serve("--limit", "kf-node-3")
+    assert rc != 0, out[-3000:]
+    assert "Port 8000 on kf-node-3 is taken by another program" in out, out[-3000:]
+    assert "kunlun_stack_serving.port" in out
+    assert nothing_written(host)
+
+
+def test_no_api_key_in_the_vault(fresh_host):
+    host = fresh_host(3)
+    rc, out = serve("--limit", "kf-node-3", "-e", "vault_kunlun_api_key=''")
+    assert rc != 0
+    assert "No API key for the fleet" in out and "kunlun-fleet api-key -i <inventory>" in out, out[-3000:]
+    assert nothing_written(host)
