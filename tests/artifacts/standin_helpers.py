@@ -40,6 +40,37 @@ def python310():
     return None
 
 
+def install_stack(bundle_dir: Path, work: Path, components: dict, python: str) -> dict:
+    """A venv under work holding the stand-in stack from bundle_dir, installed in the
+    serving image's order (the torch .run, the four wheels, vllm and transformers
+    force-reinstalled, vllm-kunlun built from its tarball); pip where the image uses uv.
+    Returns {venv, python, src, env, sh} (sh runs a command in env)."""
+    venv = work / "venv"
+    subprocess.run([python, "-m", "venv", str(venv)], check=True)
+    py = str(venv / "bin" / "python")
+    env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INDEX="1")
+    env.pop("PYTHONPATH", None)
+
+    def sh(*cmd, **kw):
+        proc = subprocess.run(list(cmd), env=kw.pop("env", env), capture_output=True, text=True, **kw)
+        assert proc.returncode == 0, f"{cmd}\n{proc.stdout}\n{proc.stderr}"
+        return proc.stdout
+
+    # torch: the vendor's .run installs with pip into the active environment
+    sh("bash", str(bundle_dir / components["torch"]["artifact"]),
+       env=dict(env, CONDA_PREFIX=str(venv), PATH=f"{venv}/bin:{os.environ['PATH']}"))
+    for pkg in ("kunlun_ops", "triton", "xspeedgate_ops", "cocopod"):
+        sh(py, "-m", "pip", "install", "--no-deps", str(bundle_dir / components[pkg]["artifact"]))
+    for pkg in ("vllm", "transformers"):
+        sh(py, "-m", "pip", "install", "--no-deps", "--force-reinstall", str(bundle_dir / components[pkg]["artifact"]))
+    src = work / "vllm-kunlun"
+    src.mkdir()
+    sh("tar", "-xzf", str(bundle_dir / components["vllm_kunlun"]["artifact"]), "-C", str(src))
+    sh(py, "setup.py", "build", cwd=src)
+    sh(py, "setup.py", "install", cwd=src)
+    return {"venv": venv, "python": py, "src": src, "sh": sh, "env": env}
+
+
 def make_dev_dir(path: Path, count: int) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     for i in range(count):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kunlun_fleet.sim import bundle
-from standin_helpers import make_dev_dir, python310
+from standin_helpers import install_stack, make_dev_dir, python310
 
 SMALL = ("kunlun_ops", "triton", "xspeedgate_ops", "cocopod", "vllm")
 
@@ -157,29 +157,8 @@ def test_install_the_stack_into_a_venv(built, pins, tmp_path):
     """The image's install sequence, with pip (the venv's) where the image uses uv."""
     out, _ = built
     comps = pins["kunlun_stack_components"]
-    venv = tmp_path / "venv"
-    subprocess.run([PY310, "-m", "venv", str(venv)], check=True)
-    py = str(venv / "bin" / "python")
-    env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INDEX="1")
-    env.pop("PYTHONPATH", None)
-
-    def sh(*cmd, **kw):
-        proc = subprocess.run(list(cmd), env=kw.pop("env", env), capture_output=True, text=True, **kw)
-        assert proc.returncode == 0, f"{cmd}\n{proc.stdout}\n{proc.stderr}"
-        return proc.stdout
-
-    # torch: the vendor's .run installs with pip into the active environment
-    run_env = dict(env, CONDA_PREFIX=str(venv), PATH=f"{venv}/bin:{os.environ['PATH']}")
-    sh("bash", str(out / comps["torch"]["artifact"]), env=run_env)
-    for pkg in ("kunlun_ops", "triton", "xspeedgate_ops", "cocopod"):
-        sh(py, "-m", "pip", "install", "--no-deps", str(out / comps[pkg]["artifact"]))
-    for pkg in ("vllm", "transformers"):
-        sh(py, "-m", "pip", "install", "--no-deps", "--force-reinstall", str(out / comps[pkg]["artifact"]))
-    src = tmp_path / "vllm-kunlun"
-    src.mkdir()
-    sh("tar", "-xzf", str(out / comps["vllm_kunlun"]["artifact"]), "-C", str(src))
-    sh(py, "setup.py", "build", cwd=src)
-    sh(py, "setup.py", "install", cwd=src)
+    stack = install_stack(out, tmp_path, comps, PY310)
+    venv, py, env, sh = stack["venv"], stack["python"], stack["env"], stack["sh"]
     site = Path(sh(py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
     patch = sh(py, str(site / "vllm_kunlun" / "patches" / "patch_torch251.py"))
     expect = pins["kunlun_stack_patch_expect"]

@@ -182,14 +182,10 @@ sys.exit(subprocess.call([os.environ["FAKE_DOCKER_PYTHON"]] + rest, env=env, cwd
 '''
 
 
-def _python310():
-    sys.path.insert(0, str(ROOT / "tests" / "artifacts"))
-    from standin_helpers import python310
+sys.path.insert(0, str(ROOT / "tests" / "artifacts"))
+from standin_helpers import install_stack, python310  # noqa: E402 (path set just above)
 
-    return python310()
-
-
-PY310 = _python310()
+PY310 = python310()
 
 
 @pytest.fixture(scope="module")
@@ -200,34 +196,12 @@ def stack_venv(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("proof")
     out = tmp / "bundle"
     bundle.build(str(out), force=True, log=lambda *_: None)
-    venv = tmp / "venv"
-    subprocess.run([PY310, "-m", "venv", str(venv)], check=True)
-    py = str(venv / "bin" / "python")
-    env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INDEX="1")
-    env.pop("PYTHONPATH", None)
-
-    def sh(*cmd, **kw):
-        proc = subprocess.run(list(cmd), env=kw.pop("env", env), capture_output=True, text=True, **kw)
-        assert proc.returncode == 0, f"{cmd}\n{proc.stdout}\n{proc.stderr}"
-        return proc.stdout
-
-    c = COMPONENTS
-    sh("bash", str(out / c["torch"]["artifact"]),
-       env=dict(env, CONDA_PREFIX=str(venv), PATH=f"{venv}/bin:{os.environ['PATH']}"))
-    for pkg in ("kunlun_ops", "triton", "xspeedgate_ops", "cocopod"):
-        sh(py, "-m", "pip", "install", "--no-deps", str(out / c[pkg]["artifact"]))
-    for pkg in ("vllm", "transformers"):
-        sh(py, "-m", "pip", "install", "--no-deps", "--force-reinstall", str(out / c[pkg]["artifact"]))
-    src = tmp / "vllm-kunlun"
-    src.mkdir()
-    sh("tar", "-xzf", str(out / c["vllm_kunlun"]["artifact"]), "-C", str(src))
-    sh(py, "setup.py", "build", cwd=src)
-    sh(py, "setup.py", "install", cwd=src)
+    stack = install_stack(out, tmp, COMPONENTS, PY310)
     fake = tmp / "bin" / "docker"
     fake.parent.mkdir()
     fake.write_text(FAKE_DOCKER)
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    return {"venv": venv, "python": py, "bin": fake.parent, "src": src, "tmp": tmp}
+    return {"venv": stack["venv"], "python": stack["python"], "bin": fake.parent, "src": stack["src"], "tmp": tmp}
 
 
 def _module_args(venv_info, nodes, **extra):
