@@ -1,0 +1,135 @@
+"""Bad input on a sim host: storage and engine refuse with a message naming the item and
+the fix, and change NOTHING (snapshot of LVM, disks, mounts, fstab, the /home tree with
+checksums, daemon.json, data-roots, drop-ins, packages before == after).
+
+Covered elsewhere and not repeated here: the data disk holding a filesystem (preflight,
+tests/preflight/test_host_checks_sim.py), the module's own refusals on loop devices
+(tests/integration/test_carry_over_local.py), data_disk_info's classification (unit)."""
+
+import os
+import subprocess
+
+import pytest
+
+from storage_helpers import sh, snapshot, stage, upload_tool, wait_seeded
+
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
+
+
+def refused(playbook, words, *args):
+    before = snapshot()
+    proc, rec = stage(playbook, *args)
+    after = snapshot()
+    assert proc.returncode != 0 and rec.get("failed") == 1, proc.stdout[-3000:]
+    assert rec.get("changed") == 0, "a refused run reported changes: %s\n%s" % (rec, proc.stdout[-3000:])
+    msg = proc.stdout
+    missing = [w for w in words if w not in msg]
+    assert not missing, "the message lacks %s:\n%s" % (missing, msg[-3000:])
+    assert "nothing was changed" in msg, msg[-3000:]
+    assert after == before, "the host changed:\n%s" % "\n".join(
+        sorted(set(before.splitlines()) ^ set(after.splitlines())))
+    return msg
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 600 MiB loop disk on the machine; attach() gives it to kf-node-2 as /dev/vdc
+    (device nodes of any loop are allowed in the sim hosts). Call attach() after the host
+    is reset (a reset makes a new container). Detached afterwards."""
+    img = tmp_path / "small.img"
+    subprocess.run(["truncate", "-s", "600M", str(img)], check=True)
+    dev = subprocess.run(["losetup", "--find", "--show", str(img)], check=True, capture_output=True,
+                         text=True).stdout.strip()
+    rdev = os.stat(dev).st_rdev
+
+    def attach():
+        sh("rm -f /dev/vdc && mknod -m 0660 /dev/vdc b %d %d" % (os.major(rdev), os.minor(rdev)))
+        return "/dev/vdc"
+
+    yield attach
+    sh("rm -f /dev/vdc", check=False)
+    subprocess.run(["losetup", "-d", dev], check=False)
+
+
+def test_storage_refuses_bad_disks_mounts_and_room(fresh_host, small_disk):
+    fresh_host(2, "home_content=1")
+    wait_seeded("/var/lib/kunlun-kit/home.manifest")
+    upload_tool()
+    small_disk()
+    # the tool's packages are installed and the package index known: a refused run has
+    # then nothing to install, so "nothing changed" covers every task
+    stage("storage.yml", "--tags", "never-a-tag")
+    sh("apt-cache show lvm2 >/dev/null 2>&1 || apt-get update -qq; "
+       "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lvm2 xfsprogs rsync acl >/dev/null")
+
+    # 1. the data disk is a PV of another volume group
+    sh("pvcreate -q /dev/vdb && vgcreate -q othervg /dev/vdb")
+    refused("storage.yml", ["/dev/vdb", "another volume group othervg", "storage_take_disks"])
+    sh("vgremove -q -f othervg && pvremove -q /dev/vdb && wipefs -q -a /dev/vdb")
+
+    # 2. the data disk holds a partition table (an MBR with one partition)
+    sh(r"""python3 - <<'EOF'
+import struct
+mbr = bytearray(512)
+mbr[446:462] = struct.pack('<B3sB3sII', 0, b'\0\x02\0', 0x83, b'\0\0\0', 2048, 204800)
+mbr[510:512] = b'\x55\xaa'
+with open('/dev/vdb', 'r+b') as f:
+    f.write(mbr)
+EOF
+blkid -p -o value -s PTTYPE /dev/vdb""")
+    refused("storage.yml", ["/dev/vdb", "dos", "storage_take_disks"])
+    sh("wipefs -q -a /dev/vdb")
+
+    # 3. /home is already mounted from another device
+    sh("mount -t tmpfs -o size=64m kf-other-home /home")
+    try:
+        refused("storage.yml", ["/home is already mounted from kf-other-home", "unmount"])
+    finally:
+        sh("umount /home")
+
+    # 4. the content of /home does not fit the volume the disks will make
+    sh("fallocate -l 700M /home/alice/big-allocated.bin")
+    refused("storage.yml", ["/dev/vdc", "nothing was changed", "add data disks to storage_data_disks"],
+            "-e", '{"storage_data_disks": ["/dev/vdc"], "storage_min_size_gib": 0}')
+    sh("rm /home/alice/big-allocated.bin")
+
+    # and the same host with good input still converges (the refusals left it usable)
+    proc, rec = stage("storage.yml")
+    assert proc.returncode == 0 and rec["changed"] > 0, proc.stdout[-3000:]
+
+
+def test_engine_refuses_outside_root_and_invalid_daemon_json(fresh_host):
+    fresh_host(2)
+    upload_tool()
+    # 5. a data-root outside the data volume (before anything else)
+    for root in ("/srv/docker", "/home", "/home2/docker"):
+        refused("engine.yml", ["engine_data_root %s is outside the data volume /home" % root, "Fix"],
+                "-e", "engine_data_root=%s" % root)
+
+    # 6. an invalid daemon.json is refused, not overwritten (byte-identical)
+    proc, _ = stage("storage.yml")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    bad = '{\n  "registry-mirrors": ["https://mirror.example"],\n  "debug": true,\n'
+    sh("mkdir -p /etc/docker && printf '%%s' '%s' > /etc/docker/daemon.json" % bad)
+    digest = sh("sha256sum /etc/docker/daemon.json").stdout
+    msg = refused("engine.yml", ["/etc/docker/daemon.json is not valid JSON", "refusing to overwrite it",
+                                 "python3 -m json.tool"])
+    assert sh("sha256sum /etc/docker/daemon.json").stdout == digest
+    assert sh("cat /etc/docker/daemon.json").stdout == bad, msg[-2000:]
+    sh("printf '%s' '[1, 2]' > /etc/docker/daemon.json")
+    refused("engine.yml", ["valid JSON but not an object"])
+
+    # 7. an old data-root whose images are on another storage driver (vfs) than the one the
+    # role configures (overlay2): moving it would lose them from view; refused, whether
+    # the running engine or only the data-root on disk tells the driver
+    sh("printf '%s' '{\"storage-driver\": \"vfs\"}' > /etc/docker/daemon.json")
+    sh("export DEBIAN_FRONTEND=noninteractive; apt-cache show docker.io >/dev/null 2>&1 || apt-get update -qq; "
+       "apt-get install -y -qq docker.io >/dev/null && systemctl start docker && "
+       "rm -rf /tmp/kf-img && mkdir -p /tmp/kf-img && echo hi > /tmp/kf-img/hello && "
+       "tar -C /tmp/kf-img -c . | docker import - kf-seed/tiny:1 >/dev/null && docker info --format '{{.Driver}}'")
+    refused("engine.yml", ["data-root /var/lib/docker holds images or containers of the storage driver vfs",
+                           "the running engine uses vfs", "configured for overlay2", "storage-driver",
+                           "docker save"])
+    sh("systemctl stop docker.socket docker.service && printf '%s' '{}' > /etc/docker/daemon.json")
+    refused("engine.yml", ["data-root /var/lib/docker holds images or containers of the storage driver vfs",
+                           "configured for overlay2"])

@@ -1,0 +1,85 @@
+"""--check --diff of storage + engine on a fresh host with content changes nothing, and
+announces the changes the real run then makes; the second real run changes nothing.
+
+kf-node-2 is reset with home_content and docker_content. Snapshot (pvs/vgs/lvs, disks,
+findmnt, /etc/fstab, daemon.json, a checksum list of /home, a listing of /var/lib/docker,
+images, units, packages) before and after the check run must be identical. Per-task
+results come from the ansible.posix.json callback."""
+
+import json
+
+import pytest
+
+from storage_helpers import snapshot, stage, upload_tool, wait_seeded
+
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
+
+JSON = {"ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json", "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1"}
+
+# Tasks the check run cannot announce, each with the reason check mode cannot remove.
+# Handlers are not listed: a handler that the check run NOTIFIED counts as announced (its
+# notifying task reported the change; the handler itself may be skipped in check mode,
+# e.g. the engine's restart before its package is installed, or update-ca-certificates,
+# a command). (The JSON callback names tasks "<role> : <name>".)
+UNPREDICTABLE = {}
+
+
+def changed_tasks(proc):
+    """(changed task names, failed task names, names of the handlers that ran or were
+    skipped: every handler in the results was notified)."""
+    start = proc.stdout.find("{")
+    assert start >= 0, proc.stdout[-3000:]
+    result, _ = json.JSONDecoder().raw_decode(proc.stdout[start:])
+    changed, failed, notified = set(), set(), set()
+    for play in result["plays"]:
+        for task in play["tasks"]:
+            res = task["hosts"].get("kf-node-2")
+            if res is None:
+                continue
+            if res.get("changed"):
+                changed.add(task["task"]["name"])
+            if res.get("failed"):
+                failed.add(task["task"]["name"])
+            if "/handlers/" in task["task"]["path"]:
+                notified.add(task["task"]["name"])
+    return changed, failed, notified
+
+
+def test_check_diff_changes_nothing_and_predicts_the_real_run(fresh_host):
+    fresh_host(2, "home_content=1", "docker_content=1")
+    wait_seeded("/var/lib/kunlun-kit/home.manifest", "/var/lib/kunlun-kit/docker.manifest")
+    upload_tool()
+    before = snapshot()
+    predicted = set()
+    for name in ("storage.yml", "engine.yml"):
+        proc, rec = stage(name, "--check", "--diff", env=JSON)
+        changed, failed, notified = changed_tasks(proc)
+        assert proc.returncode == 0 and not failed, (name, failed, proc.stdout[-3000:])
+        assert changed, "check mode of %s announced no change on a fresh host" % name
+        predicted |= changed | notified
+    after = snapshot()
+    assert after == before, "check mode changed the host:\n%s" % "\n".join(
+        sorted(set(before.splitlines()) ^ set(after.splitlines())))
+
+    made = set()
+    for name in ("storage.yml", "engine.yml"):
+        proc, rec = stage(name, env=JSON)
+        changed, failed, _ = changed_tasks(proc)
+        assert proc.returncode == 0 and not failed, (name, failed, proc.stdout[-3000:])
+        made |= changed
+    print("check mode announced: %s" % sorted(predicted))
+    print("real run changed:     %s" % sorted(made))
+    unannounced = made - predicted - set(UNPREDICTABLE)
+    assert not unannounced, "the real run changed tasks check mode did not announce: %s" % sorted(unannounced)
+    # the carry-overs, the volume and the engine's configuration are among them
+    for task in ("storage : Storage | Carry the content of the mount point onto the volume, verify, then mount it there",
+                 "storage : Storage | Volume group on the data disks (PVs are only ever added)",
+                 "engine : Engine | Copy the old data-root to the new one and verify it (the old one is kept)",
+                 "engine : Engine | daemon.json with the project's keys merged in (the operator's keys kept)"):
+        assert task in predicted and task in made, task
+    over = predicted - made
+    print("announced but not changed: %s" % sorted(over))
+
+    for name in ("storage.yml", "engine.yml"):
+        proc, rec = stage(name)
+        assert proc.returncode == 0 and rec["changed"] == 0, (name, rec, proc.stdout[-3000:])
