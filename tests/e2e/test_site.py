@@ -23,6 +23,12 @@ def run_site(*extra):
     return proc.returncode, proc.stdout + proc.stderr
 
 
+def keep(name, text):
+    """The run's output under reports/ (the recaps quoted in closing notes and reviews)."""
+    (ROOT / "reports").mkdir(exist_ok=True)
+    (ROOT / "reports" / name).write_text(text)
+
+
 @pytest.fixture(scope="module")
 def first_run(sim_fleet):
     """From bare hosts: reset all three, then the README's demo command."""
@@ -31,6 +37,7 @@ def first_run(sim_fleet):
     proc = subprocess.run([str(ROOT / ".venv/bin/kunlun-fleet"), "demo"], cwd=ROOT, text=True,
                           capture_output=True, timeout=3600, env=dict(os.environ, ANSIBLE_FORCE_COLOR="0"))
     out = proc.stdout + proc.stderr
+    keep("e2e-first-run.log", out)
     assert proc.returncode == 0, out[-6000:]
     assert "=== kunlun-fleet demo summary ===" in out and "site.yml: succeeded" in out, out[-3000:]
     return out
@@ -44,6 +51,7 @@ def test_first_run_reaches_every_host(first_run):
 
 def test_second_run_changes_nothing(first_run):
     rc, out = run_site()
+    keep("e2e-second-run.log", out)
     assert rc == 0, out[-6000:]
     changed = {h: r["changed"] for h, r in recap(out).items() if r["changed"]}
     assert changed == {}, "second run changed: %s\n%s" % (changed, out[-4000:])
@@ -123,6 +131,7 @@ def test_rolling_restart_under_load_loses_nothing(first_run):
         time.sleep(5)
     assert rc == 0, out[-6000:]
     print("rolling restart under load: %s" % load.summary())
+    keep("e2e-rollout-under-load.json", json.dumps(dict(load.summary(), lost=load.failed[:20]), indent=2))
     assert load.failed == [], load.failed[:5]
     assert load.ok > 20, load.ok
     after = {i: started_at(i) for i in (1, 2, 3)}
