@@ -61,6 +61,12 @@ options:
     description: Tokens to generate in the completion.
     type: int
     default: 32
+  ignore_eos:
+    description:
+      - Generate all I(max_tokens) tokens even past an end-of-sequence (vllm's C(ignore_eos) sampling
+        parameter), so the decode rate is measured over a fixed length.
+    type: bool
+    default: false
   stream:
     description: Stream the completion and measure C(ttft_s) and C(tokens_per_s) from the chunks.
     type: bool
@@ -248,10 +254,12 @@ class Client(object):
         except (ValueError, AttributeError, UnicodeDecodeError):
             raise NotReady("GET %s returned something that is not a model list: %r" % (url, raw[:200]))
 
-    def completion(self, model, prompt, max_tokens, stream, clock):
+    def completion(self, model, prompt, max_tokens, stream, clock, ignore_eos=False):
         """(text, completion_tokens, ttft_s, tokens_per_s, completion_s); raises Refused."""
         url = self.base + "/v1/completions"
         body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
+        if ignore_eos:
+            body["ignore_eos"] = True
         if stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
@@ -468,7 +476,7 @@ def wait_ready(module, params, clock=time.monotonic, sleep=time.sleep):
         return result
     try:
         text, tokens, ttft, rate, took = client.completion(
-            name, params["prompt"], params["max_tokens"], params["stream"], clock)
+            name, params["prompt"], params["max_tokens"], params["stream"], clock, params["ignore_eos"])
     except Refused as exc:
         exc.result = result
         raise
@@ -500,6 +508,7 @@ def main():
             request_timeout=dict(type="float", default=120.0),
             prompt=dict(type="str", default="Write one short sentence about the sea."),
             max_tokens=dict(type="int", default=32),
+            ignore_eos=dict(type="bool", default=False),
             stream=dict(type="bool", default=True),
             failed_command=dict(type="str"),
             log_command=dict(type="str"),

@@ -92,6 +92,8 @@ def test_acceptance_lines(first_run):
     lines = (ROOT / "reports" / "acceptance.txt").read_text().splitlines()
     assert [l.split()[1] for l in lines if l.startswith("PASS")][:3] == ["kf-node-1:", "kf-node-2:", "kf-node-3:"], lines
     assert any(l.startswith("PASS fleet endpoint") for l in lines), lines
+    # Measured over the whole length asked for (ignore_eos), not up to the first end of sentence.
+    assert all(l.endswith(", 128 tokens") for l in lines if l.startswith("PASS kf-node")), lines
     assert not [l for l in lines if l.startswith("FAIL")], lines
     # The demo ends with the lines and how to call the endpoint, never with the key.
     assert "fleet endpoint: http://" in first_run and "PASS fleet endpoint" in first_run
