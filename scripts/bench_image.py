@@ -59,8 +59,10 @@ class Fleet:
         self.builder = sorted(hosts["image_builders"]["hosts"])[0]
         self.targets = sorted(hosts["xpu_servers"]["hosts"])
         conn = {}
+        # How to reach the hosts; vault.yml (the API key, encrypted) is not needed here.
         for f in sorted((self.inventory / "group_vars" / "all").glob("*.yml")):
-            conn.update(yaml.safe_load(f.read_text()) or {})
+            if f.name != "vault.yml":
+                conn.update(yaml.safe_load(f.read_text()) or {})
         self.conn = conn
 
     def host_vars(self, host):
