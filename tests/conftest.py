@@ -7,8 +7,9 @@ from pathlib import Path
 import ansible.module_utils
 import pytest
 
-# sim_fleet (one shared 3-host fleet per session) and fresh_host.
-pytest_plugins = ["kunlun_fleet.sim.testing"]
+# sim_fleet (one shared 3-host fleet per session) and fresh_host; strict skips and the
+# suite runner's per-test log.
+pytest_plugins = ["kunlun_fleet.sim.testing", "kunlun_fleet.sim.honest_runs"]
 
 ROOT = Path(__file__).resolve().parent.parent
 # Modules import `ansible.module_utils.<name>`: Ansible maps ansible.cfg's module_utils
@@ -38,4 +39,5 @@ def stack_defaults():
     import yaml
 
     return yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text())
+
 

@@ -1,0 +1,334 @@
+#!/usr/bin/env python3
+"""The test suites `make test` runs, their lanes, and the runner that prints their cost.
+
+Every test belongs to exactly one suite (checked before anything runs). Suites in one
+lane run one after another; the lanes of a phase run at the same time, because they
+touch disjoint things: the sim hosts are the unit of isolation (a suite in lane
+kf-node-2 resets and converges kf-node-2 only), and the "local" lane touches no sim
+host. Phase 1 runs the suites that need the whole fleet (the e2e from bare hosts first);
+phase 2 gives each sim host its own lane. A suite that can use the state the e2e leaves
+(a converged host) runs first in its lane; its own prepare step still brings the host
+to the state it needs from any state, so order saves time and never decides an outcome.
+
+    .venv/bin/python tests/suites.py                 # everything (make test)
+    .venv/bin/python tests/suites.py --list          # suites, lanes, recorded times
+    .venv/bin/python tests/suites.py --only e2e,unit # some suites (lanes as above)
+    .venv/bin/python tests/suites.py --record        # also write tests/suite_times.json
+
+At the end it prints a table (suite, lane, wall time, tests, result), every skipped test
+with its reason, and fails the run when the whole took longer than the budget (60
+minutes), naming the suites that grew against tests/suite_times.json. Under this runner
+an environment skip is an error (KF_STRICT_SKIPS=1, tests/conftest.py)."""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTEST = str(ROOT / ".venv" / "bin" / "pytest")
+REPORTS = ROOT / "reports" / "tests"
+TIMES = ROOT / "tests" / "suite_times.json"
+BUDGET_S = 60 * 60
+# A suite that grew by more than this against its recorded time is named when the
+# budget is exceeded.
+GROWTH = 1.25
+
+FAST = "not integration and not sim and not molecule and not slow"
+SLOW = "integration or sim or molecule or slow"
+
+
+def scenario(name):
+    return "tests/molecule/test_scenarios.py::test_scenario[%s]" % name
+
+
+class Suite:
+    def __init__(self, name, lane, paths, marks=SLOW, timeout=1800, command=None):
+        self.name, self.lane, self.paths, self.marks = name, lane, paths, marks
+        self.timeout, self.command = timeout, command
+        self.result = None
+
+
+# Phase 1: the lane that owns the whole fleet, beside the lane that needs no sim host.
+# Phase 2: one lane per sim host.
+PHASES = [
+    [
+        # The kit below the product (LVM, faults, SSH): resets hosts as it needs, so it
+        # goes before the e2e.
+        Suite("sim-kit", "fleet", ["tests/sim"]),
+        # From bare hosts through every stage, then the operator's checks; it leaves the
+        # three hosts converged and serving, which the suites after it reuse.
+        Suite("e2e", "fleet", ["tests/e2e"], timeout=2700),
+        # The image role on three hosts: prepare untags the serving image, so converge
+        # builds once (from the builder's layer cache) and streams to the two others.
+        Suite("molecule-image", "fleet", [scenario("image")]),
+        Suite("lint", "local", [], command=["make", "--no-print-directory", "lint"]),
+        Suite("unit", "local", ["tests"], marks=FAST),
+        Suite("carry-over-local", "local", ["tests/integration"]),
+        Suite("preflight-local", "local", ["tests/preflight/test_host_checks_local.py"]),
+        # The stand-in vendor stack installed for real in a CPython 3.10 venv, and proved.
+        Suite("standin-stack", "local", ["tests/artifacts", "tests/unit"]),
+        # A real image build on the sim fleet's engine (no sim host).
+        Suite("image-engine", "local", ["tests/image"]),
+    ],
+    [
+        # kf-node-1: serve and gateway first (the e2e left the host converged).
+        Suite("molecule-serve", "kf-node-1", [scenario("serve")]),
+        Suite("molecule-gateway", "kf-node-1", [scenario("gateway")]),
+        Suite("molecule-preflight", "kf-node-1", [scenario("preflight")]),
+        Suite("preflight-sim", "kf-node-1", ["tests/preflight/test_host_checks_sim.py"]),
+        # kf-node-2: storage and its fault suites, then model and ca_trust (fresh hosts).
+        Suite("molecule-storage", "kf-node-2", [scenario("storage")]),
+        Suite("storage-faults", "kf-node-2", ["tests/storage"], timeout=2400),
+        Suite("molecule-model", "kf-node-2", [scenario("model")]),
+        Suite("molecule-ca_trust", "kf-node-2", [scenario("ca_trust")]),
+        # kf-node-3: the driver, the engine, and serving's bad input (fresh hosts).
+        Suite("molecule-driver", "kf-node-3", [scenario("driver")]),
+        Suite("driver-faults", "kf-node-3", ["tests/driver"]),
+        Suite("molecule-engine", "kf-node-3", [scenario("engine")]),
+        Suite("serve-bad-input", "kf-node-3", ["tests/serving"]),
+    ],
+]
+ALL = [s for phase in PHASES for s in phase]
+
+
+def log(msg):
+    sys.stdout.write("[suites %s] %s\n" % (time.strftime("%H:%M:%S"), msg))
+    sys.stdout.flush()
+
+
+# ---------------------------------------------------------------- which test is whose
+def collect(marks):
+    proc = subprocess.run([PYTEST, "--collect-only", "-q", "-p", "no:cacheprovider", "-m", marks, "tests"],
+                          cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, KF_STRICT_SKIPS="1"))
+    ids = [l.strip() for l in proc.stdout.splitlines() if "::" in l]
+    if proc.returncode not in (0, 5):
+        raise SystemExit("collecting the tests (-m %r) failed:\n%s%s" % (marks, proc.stdout[-3000:], proc.stderr[-3000:]))
+    return ids
+
+
+def owns(path, nodeid):
+    path = path.rstrip("/")
+    return nodeid == path or nodeid.startswith(path + "::") or nodeid.startswith(path + "/")
+
+
+def check_ownership(suites):
+    """Every collected test in exactly one suite; every suite with at least one test."""
+    problems, counts = [], {}
+    for marks in (FAST, SLOW):
+        mine = [s for s in ALL if s.command is None and s.marks == marks]
+        for nodeid in collect(marks):
+            holders = [s.name for s in mine if any(owns(p, nodeid) for p in s.paths)]
+            if len(holders) != 1:
+                problems.append("%s (-m %s) is in %s" % (nodeid, "fast" if marks == FAST else "slow",
+                                                         "no suite" if not holders else "suites " + ", ".join(holders)))
+            for name in holders:
+                counts[name] = counts.get(name, 0) + 1
+    for s in suites:
+        if s.command is None and not counts.get(s.name):
+            problems.append("suite %s selects no test (paths %s)" % (s.name, " ".join(s.paths)))
+    if problems:
+        raise SystemExit("tests/suites.py: every test must belong to exactly one suite:\n  "
+                         + "\n  ".join(problems[:40]) + "\nFix: add the test's file to one suite in PHASES.")
+    return counts
+
+
+# ---------------------------------------------------------------- what the machine needs
+def machine_problems():
+    """What this machine lacks for the suites, each with its fix (make test installs the
+    Debian packages and loads XFS itself: scripts/install-system-deps.sh)."""
+    import shutil
+
+    problems = []
+    if os.geteuid() != 0:
+        problems.append("not root: the suites need loop devices, mounts and the sim fleet's own dockerd")
+    with open("/proc/filesystems") as fh:
+        if "xfs" not in fh.read().split():
+            problems.append("no XFS in this kernel (/proc/filesystems): `modprobe xfs`")
+    for tool, package in (("losetup", "util-linux"), ("mkfs.xfs", "xfsprogs"), ("rsync", "rsync"),
+                          ("setfacl", "acl"), ("getfattr", "attr"), ("mkfs.ext4", "e2fsprogs")):
+        if not shutil.which(tool):
+            problems.append("no %s: apt-get install %s" % (tool, package))
+    if not (ROOT / ".venv" / "bin" / "uv").exists():
+        problems.append("no uv in .venv: make setup (requirements.txt pins it)")
+    sys.path.insert(0, str(ROOT))
+    from kunlun_fleet.sim import base_image
+    from kunlun_fleet.sim.config import SimError
+
+    try:
+        base_image.python310_prefix()
+    except SimError as exc:
+        problems.append(str(exc))
+    return problems
+
+
+# ---------------------------------------------------------------- running
+def run_suite(suite):
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    out, events = REPORTS / (suite.name + ".log"), REPORTS / (suite.name + ".jsonl")
+    for path in (out, events):
+        if path.exists():
+            path.unlink()
+    env = dict(os.environ, KF_STRICT_SKIPS="1", KF_SUITE_LOG=str(events), PYTHONUNBUFFERED="1",
+               PATH="%s:%s" % (ROOT / ".venv" / "bin", os.environ.get("PATH", "")))
+    cmd = suite.command or [PYTEST, "-p", "no:cacheprovider", "-q", "-m", suite.marks, *suite.paths]
+    log("start %s (lane %s)" % (suite.name, suite.lane))
+    started = time.monotonic()
+    with open(out, "w") as fh:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        try:
+            rc = proc.wait(timeout=suite.timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            rc = "timeout"
+            fh.write("\n[suites] %s killed after its timeout of %d s\n" % (suite.name, suite.timeout))
+    wall = time.monotonic() - started
+    suite.result = summarize(suite, rc, wall, events)
+    r = suite.result
+    log("done  %s: %s in %.0f s (%d passed, %d failed, %d skipped)" % (
+        suite.name, r["result"], wall, r["passed"], r["failed"], r["skipped"]))
+    if r["result"] != "ok":
+        tail = out.read_text(errors="replace").splitlines()[-60:]
+        log("%s failed; the last lines of %s:\n    %s" % (suite.name, out.relative_to(ROOT), "\n    ".join(tail)))
+
+
+def summarize(suite, rc, wall, events):
+    per_test = {}
+    skips = []
+    rank = {"passed": 0, "skipped": 1, "failed": 2}  # a test's outcome: its worst phase's
+    if events.exists():
+        for line in events.read_text().splitlines():
+            e = json.loads(line)
+            prev = per_test.get(e["nodeid"])
+            if prev is None or rank[e["outcome"]] > rank[prev]:
+                per_test[e["nodeid"]] = e["outcome"]
+            if e["outcome"] == "skipped":
+                skips.append((e["nodeid"], e.get("reason", "")))
+    counts = {k: sum(1 for v in per_test.values() if v == k) for k in ("passed", "failed", "skipped")}
+    if suite.command is not None:
+        counts = {"passed": int(rc == 0), "failed": int(rc != 0), "skipped": 0}
+    ok = rc == 0 and counts["failed"] == 0 and (suite.command is not None or counts["passed"] > 0)
+    return dict(counts, wall=wall, rc=rc, skips=skips, tests=len(per_test) if suite.command is None else None,
+                result="ok" if ok else ("TIMEOUT" if rc == "timeout" else "FAILED"))
+
+
+def run_lanes(suites):
+    lanes = {}
+    for s in suites:
+        lanes.setdefault(s.lane, []).append(s)
+    def lane(ss):
+        for s in ss:
+            try:
+                run_suite(s)
+            except Exception as exc:  # the runner's own failure still fills the table
+                log("%s: the runner failed: %r" % (s.name, exc))
+                s.result = {"passed": 0, "failed": 1, "skipped": 0, "wall": 0.0, "rc": None, "skips": [],
+                            "tests": None, "result": "FAILED"}
+
+    threads = [threading.Thread(target=lane, args=(ss,), name=name) for name, ss in lanes.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+# ---------------------------------------------------------------- the report
+def report(suites, phase_walls, total, recorded):
+    rows = [("suite", "lane", "wall", "recorded", "tests", "passed", "failed", "skipped", "result")]
+    for s in suites:
+        r = s.result
+        rows.append((s.name, s.lane, "%.0f s" % r["wall"],
+                     "%.0f s" % recorded[s.name] if s.name in recorded else "-",
+                     "-" if r["tests"] is None else str(r["tests"]), str(r["passed"]), str(r["failed"]),
+                     str(r["skipped"]), r["result"]))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    print("\n=== test suites ===")
+    for i, row in enumerate(rows):
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        if i == 0:
+            print("  ".join("-" * w for w in widths))
+    serial = sum(s.result["wall"] for s in suites)
+    print("\nphases: %s; total %.0f s (%.1f min); the suites one after another would take %.0f s"
+          % ("; ".join("%d: %.0f s" % (i + 1, w) for i, w in enumerate(phase_walls)), total, total / 60, serial))
+    skips = [(s.name, nodeid, reason) for s in suites for nodeid, reason in s.result["skips"]]
+    print("\n=== skipped tests: %d ===" % len(skips))
+    for name, nodeid, reason in skips:
+        print("%s: %s: %s" % (name, nodeid, reason))
+
+
+def over_budget(suites, total, recorded):
+    if total <= BUDGET_S:
+        return None
+    grew = sorted((s for s in suites if s.result["wall"] > GROWTH * recorded.get(s.name, 0)),
+                  key=lambda s: s.result["wall"] - recorded.get(s.name, 0), reverse=True)
+    lines = ["%s: %.0f s (recorded %s)" % (s.name, s.result["wall"],
+                                           "%.0f s" % recorded[s.name] if s.name in recorded else "none: new suite")
+             for s in grew]
+    return ("the suites took %.0f s, over the budget of %d s. Suites that grew by more than %d%%:\n  %s\n"
+            "Make them cheaper (share the converged hosts, remove overlap) or move work to another lane."
+            % (total, BUDGET_S, round((GROWTH - 1) * 100), "\n  ".join(lines) or "none: every suite grew a little"))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--list", action="store_true", help="print the suites and lanes, run nothing")
+    ap.add_argument("--only", help="comma-separated suite names")
+    ap.add_argument("--record", action="store_true", help="write this run's wall times to tests/suite_times.json")
+    args = ap.parse_args(argv)
+    recorded = json.loads(TIMES.read_text()) if TIMES.exists() else {}
+    wanted = set(args.only.split(",")) if args.only else None
+    if wanted and wanted - {s.name for s in ALL}:
+        raise SystemExit("unknown suite(s): %s; see --list" % ", ".join(sorted(wanted - {s.name for s in ALL})))
+    if args.list:
+        for i, phase in enumerate(PHASES):
+            for s in phase:
+                print("phase %d  %-10s  %-20s  %6s  %s" % (i + 1, s.lane, s.name,
+                                                         "%.0f s" % recorded[s.name] if s.name in recorded else "-",
+                                                         " ".join(s.command or s.paths)))
+        return 0
+    problems = machine_problems()
+    if problems:
+        raise SystemExit("this machine cannot run the suites without skipping:\n  " + "\n  ".join(problems))
+    counts = check_ownership(ALL)
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    if (REPORTS / "summary.txt").exists():
+        (REPORTS / "summary.txt").unlink()
+    log("%d tests in %d suites" % (sum(counts.values()), len(counts)))
+    started = time.monotonic()
+    phase_walls, ran = [], []
+    for i, phase in enumerate(PHASES):
+        suites = [s for s in phase if wanted is None or s.name in wanted]
+        if not suites:
+            continue
+        t0 = time.monotonic()
+        log("phase %d: lanes %s" % (i + 1, ", ".join(sorted({s.lane for s in suites}))))
+        run_lanes(suites)
+        phase_walls.append(time.monotonic() - t0)
+        ran += suites
+    total = time.monotonic() - started
+    report(ran, phase_walls, total, recorded)
+    if args.record:
+        TIMES.write_text(json.dumps({s.name: round(s.result["wall"]) for s in ran}, indent=2, sort_keys=True) + "\n")
+    failed = [s.name for s in ran if s.result["result"] != "ok"]
+    budget = over_budget(ran, total, recorded) if wanted is None else None
+    if budget:
+        print("\nBUDGET: " + budget)
+    if failed:
+        print("\nfailed suites: %s (their output: reports/tests/<suite>.log)" % ", ".join(failed))
+    passed = sum(s.result["passed"] for s in ran if s.command is None)
+    nfailed = sum(s.result["failed"] for s in ran)
+    skipped = sum(s.result["skipped"] for s in ran)
+    closing = "%d passed, %d failed, %d skipped" % (passed, nfailed, skipped)
+    (REPORTS / "summary.txt").write_text(closing + "\n")
+    print(closing)
+    return 1 if failed or budget else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""The suite runner (tests/suites.py) and the honest-runs plugin: an environment skip fails
+a strict run, a justified one does not; every test belongs to one suite; the budget names
+the suites that grew."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+import suites  # noqa: E402 (path set just above)
+
+SAMPLE = '''
+import pytest
+
+def test_runs():
+    assert True
+
+def test_lacks_a_tool():
+    pytest.skip("needs frobnicate (apt-get install frobnicate)")
+
+@pytest.mark.skipif(True, reason="not applicable: only big-endian machines have this")
+def test_justified():
+    pass
+'''
+
+
+def run_sample(tmp_path, **env):
+    (tmp_path / "test_sample.py").write_text(SAMPLE)
+    log = tmp_path / "events.jsonl"
+    # This test may itself run under make test (strict): the sample's strictness is env's.
+    full = {k: v for k, v in os.environ.items() if k not in ("CI", "KF_STRICT_SKIPS")}
+    full.update(KF_SUITE_LOG=str(log), **env)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+                           "kunlun_fleet.sim.honest_runs", "-c", os.devnull, "--rootdir", str(tmp_path),
+                           str(tmp_path / "test_sample.py")],
+                          cwd=ROOT, env=full, capture_output=True, text=True, timeout=120)
+    events = [json.loads(l) for l in log.read_text().splitlines()] if log.exists() else []
+    return proc, {e["nodeid"].split("::")[-1]: e for e in events}
+
+
+def test_a_plain_run_may_skip(tmp_path):
+    proc, events = run_sample(tmp_path)
+    assert proc.returncode == 0, proc.stdout
+    assert events["test_lacks_a_tool"]["outcome"] == "skipped"
+    assert events["test_lacks_a_tool"]["reason"] == "needs frobnicate (apt-get install frobnicate)"
+    assert events["test_runs"]["outcome"] == "passed"
+
+
+@pytest.mark.parametrize("env", [{"KF_STRICT_SKIPS": "1"}, {"CI": "true"}])
+def test_a_strict_run_fails_an_environment_skip_and_keeps_a_justified_one(tmp_path, env):
+    proc, events = run_sample(tmp_path, **env)
+    assert proc.returncode == 1, proc.stdout
+    assert events["test_lacks_a_tool"]["outcome"] == "failed"
+    assert "environment skip under make test / CI: needs frobnicate" in proc.stdout
+    assert events["test_justified"]["outcome"] == "skipped"
+    assert events["test_runs"]["outcome"] == "passed"
+
+
+def test_every_test_is_in_exactly_one_suite(monkeypatch):
+    ids = {suites.FAST: ["tests/unit/test_a.py::test_x", "tests/e2e/test_b.py::test_y"], suites.SLOW: []}
+    monkeypatch.setattr(suites, "collect", lambda marks: ids[marks])
+    unit = suites.Suite("unit", "local", ["tests/unit"], marks=suites.FAST)
+    monkeypatch.setattr(suites, "ALL", [unit])
+    with pytest.raises(SystemExit) as exc:
+        suites.check_ownership([unit])
+    assert "tests/e2e/test_b.py::test_y (-m fast) is in no suite" in str(exc.value)
+    twice = suites.Suite("again", "local", ["tests/unit/test_a.py"], marks=suites.FAST)
+    e2e = suites.Suite("e2e", "fleet", ["tests/e2e"], marks=suites.FAST)
+    monkeypatch.setattr(suites, "ALL", [unit, twice, e2e])
+    with pytest.raises(SystemExit) as exc:
+        suites.check_ownership([unit, twice, e2e])
+    assert "tests/unit/test_a.py::test_x (-m fast) is in suites unit, again" in str(exc.value)
+    monkeypatch.setattr(suites, "ALL", [unit, e2e])
+    assert suites.check_ownership([unit, e2e]) == {"unit": 1, "e2e": 1}
+
+
+def test_a_suite_outcome_is_its_tests_worst_phase(tmp_path):
+    log = tmp_path / "s.jsonl"
+    lines = [{"nodeid": "a", "when": "call", "outcome": "passed"},
+             {"nodeid": "a", "when": "teardown", "outcome": "failed"},
+             {"nodeid": "b", "when": "setup", "outcome": "skipped", "reason": "no XFS"},
+             {"nodeid": "c", "when": "call", "outcome": "passed"}]
+    log.write_text("".join(json.dumps(l) + "\n" for l in lines))
+    r = suites.summarize(suites.Suite("s", "local", ["x"]), 0, 1.0, log)
+    assert (r["passed"], r["failed"], r["skipped"], r["result"]) == (1, 1, 1, "FAILED")
+    assert r["skips"] == [("b", "no XFS")]
+    log.write_text("")
+    assert suites.summarize(suites.Suite("s", "local", ["x"]), 0, 1.0, log)["result"] == "FAILED"  # ran nothing
+
+
+def test_the_budget_names_the_suites_that_grew():
+    a, b = suites.Suite("a", "l", ["x"]), suites.Suite("b", "l", ["y"])
+    a.result, b.result = {"wall": 2000.0}, {"wall": 1700.0}
+    assert suites.over_budget([a, b], 3500, {"a": 1000, "b": 1600}) is None
+    msg = suites.over_budget([a, b], 3700, {"a": 1000, "b": 1600})
+    assert "a: 2000 s (recorded 1000 s)" in msg and "b:" not in msg
