@@ -2,7 +2,9 @@
 
 Clients send chat completions (streamed) and completions through the endpoint with the
 official openai client until stopped. The client retries (max_retries) what a restart
-interrupts; a request that still fails is counted as lost."""
+interrupts. A request counts as served only when it ended with a finish reason and the
+server's count of its tokens; anything else (an error, a stream cut in the middle, an
+answer without its usage) is counted as lost."""
 
 import threading
 import time
@@ -22,30 +24,33 @@ class Load:
         self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(clients)]
 
     def _one(self, streamed):
+        """(text, completion tokens as the server counted them, finish reason)."""
         if not streamed:
             out = self.client.completions.create(model=self.model, prompt="The sea", max_tokens=self.max_tokens)
-            return out.choices[0].text, out.usage.completion_tokens
-        text, tokens = "", 0
+            return out.choices[0].text, out.usage.completion_tokens if out.usage else None, out.choices[0].finish_reason
+        text, tokens, finish = "", None, None
         stream = self.client.chat.completions.create(
             model=self.model, stream=True, max_tokens=self.max_tokens, stream_options={"include_usage": True},
             messages=[{"role": "user", "content": "Hello"}])
         for chunk in stream:
             if chunk.choices:
                 text += chunk.choices[0].delta.content or ""
+                finish = chunk.choices[0].finish_reason or finish
             if chunk.usage:
                 tokens = chunk.usage.completion_tokens
-        return text, tokens
+        return text, tokens, finish
 
     def _run(self, index):
         while not self.stop.is_set():
             try:
-                text, tokens = self._one(streamed=index % 2 == 0)
+                text, tokens, finish = self._one(streamed=index % 2 == 0)
                 with self.lock:
-                    if text:
+                    if text and finish and tokens:
                         self.ok += 1
-                        self.tokens += tokens or 0
+                        self.tokens += tokens
                     else:
-                        self.failed.append("empty answer")
+                        self.failed.append("incomplete answer: finish_reason=%r, completion_tokens=%r, %d characters"
+                                           % (finish, tokens, len(text)))
             except Exception as exc:  # every failure counts: nothing may be lost
                 with self.lock:
                     self.failed.append(repr(exc))
