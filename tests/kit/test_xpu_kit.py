@@ -355,7 +355,8 @@ PLAYBOOK = """
 
 
 @needs_root
-@pytest.mark.skipif(os.path.exists('/proc/modules'), reason='kernel with loadable modules: no shim needed')
+@pytest.mark.skipif(os.path.exists('/proc/modules'),
+                    reason='not applicable: the kernel has /proc/modules, the shim that stands in for it is not used')
 @pytest.mark.skipif(not (ROOT / '.venv' / 'bin' / 'ansible-playbook').exists(), reason='no .venv')
 def test_community_general_modprobe_works_against_the_kit(env, runs, tmp_path):
     """community.general.modprobe reads /proc/modules, which this kernel lacks: the kit's
@@ -396,7 +397,8 @@ def test_community_general_modprobe_works_against_the_kit(env, runs, tmp_path):
 
 
 @pytest.mark.skipif(os.path.exists('/proc/modules') or not os.path.isdir('/sys/module/overlay'),
-                    reason='needs a kernel without loadable modules and overlay built in')
+                    reason='not applicable: the kit answers for built-in modules only on a kernel without '
+                           'loadable modules that has overlay built in')
 def test_builtin_modules_on_a_kernel_without_modules(env):
     assert sh(env, 'modprobe', 'overlay').returncode == 0
     res = sh(env, 'modprobe', '-r', 'overlay')
