@@ -62,11 +62,8 @@ COCOPOD_METADATA_VERSION = None
 WHEEL_RE = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)-(?P<tag>[^-]+-[^-]+-[^-]+)\.whl$")
 
 SMALL_PACKAGES = {
-    "kunlun_ops": ("Kunlunxin XPU operator library for PyTorch",
-                   '"""kunlun_ops: Kunlunxin XPU operators (attention, GEMM, norms, conv1d)."""\n'
-                   '__version__ = "@VERSION@"\n'
-                   'OPS = ("causal_conv1d", "gated_delta_rule", "rms_norm", "silu_and_mul",\n'
-                   '       "w8a8_int8_dynamic", "paged_attention", "rotary_embedding")\n'),
+    # kunlun_ops: the package tree under artifacts/kunlun_ops_src (its operator table)
+    "kunlun_ops": ("Kunlunxin XPU operator library for PyTorch", None),
     "triton": ("A language and compiler for custom Deep Learning operations (Kunlunxin build)",
                '"""triton 3.0.0 (Kunlunxin XPU backend)."""\n__version__ = "@BASE@"\n'),
     "xspeedgate_ops": ("Kunlunxin speed-gate operators for torch 2.5",
@@ -74,6 +71,12 @@ SMALL_PACKAGES = {
     "cocopod": ("Kunlunxin communication/compute overlap runtime for torch 2.5",
                 '"""cocopod for torch 2.5."""\n__version__ = "@VERSION@"\n'),
 }
+KUNLUN_OPS_SRC = os.path.join(ARTIFACTS, "kunlun_ops_src", "kunlun_ops")
+
+# Other vllm-kunlun commits the tests build images with (artifacts/vllm_kunlun_variants/):
+# commit -> version. See that directory's README.
+VLLM_KUNLUN_VARIANTS = {"2fda97b": "0.25.1.dev0"}
+VARIANTS_DIR = os.path.join(ARTIFACTS, "vllm_kunlun_variants")
 
 
 def load_pins(path: str = PINS_FILE) -> dict:
@@ -182,7 +185,11 @@ def build_small_wheels(pins: dict, out: str) -> list:
         rel = component(pins, pkg)["artifact"]
         name, version, tag = parse_wheel_name(rel)
         base = version.split("+")[0]
-        files = {f"{pkg}/__init__.py": init.replace("@VERSION@", version).replace("@BASE@", base).encode()}
+        if init is None:
+            files = {arc: data.replace(b"@VERSION@", version.encode())
+                     for arc, data in tree_files(KUNLUN_OPS_SRC, f"{pkg}/").items()}
+        else:
+            files = {f"{pkg}/__init__.py": init.replace("@VERSION@", version).replace("@BASE@", base).encode()}
         kw = {}
         if pkg == "cocopod" and COCOPOD_METADATA_VERSION:
             kw["metadata_version"] = COCOPOD_METADATA_VERSION
@@ -209,27 +216,45 @@ def build_vllm_wheel(pins: dict, out: str) -> str:
     return rel
 
 
-def fetch_transformers(pins: dict, out: str) -> str:
-    """The real transformers wheel, downloaded once into the sim cache."""
-    comp = component(pins, "transformers")
-    rel = comp["artifact"]
-    fname = os.path.basename(rel)
+def _cached_pypi_wheel(name: str, version: str, fname: str) -> str:
+    """`pip download` of one wheel from the package index into the sim cache (once)."""
     cache = os.path.join(CACHE_DIR, "wheels")
     cached = os.path.join(cache, fname)
     if not os.path.exists(cached):
         os.makedirs(cache, exist_ok=True)
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--disable-pip-version-check", "-d", cache, f"transformers=={comp['version']}"]
+               "--disable-pip-version-check", "-d", cache, f"{name}=={version}"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0 or not os.path.exists(cached):
             raise RuntimeError(
-                f"could not download transformers=={comp['version']} ({fname}) into {cache}:\n"
+                f"could not download {name}=={version} ({fname}) into {cache}:\n"
                 f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-    path = os.path.join(out, rel)
+    return cached
+
+
+def _copy_if_changed(src: str, path: str) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    if not os.path.exists(path) or sha256_file(path) != sha256_file(cached):
-        shutil.copyfile(cached, path + ".tmp")
+    if not os.path.exists(path) or sha256_file(path) != sha256_file(src):
+        shutil.copyfile(src, path + ".tmp")
         os.replace(path + ".tmp", path)
+
+
+def fetch_transformers(pins: dict, out: str) -> str:
+    """The real transformers wheel, downloaded once into the sim cache."""
+    comp = component(pins, "transformers")
+    rel = comp["artifact"]
+    cached = _cached_pypi_wheel("transformers", comp["version"], os.path.basename(rel))
+    _copy_if_changed(cached, os.path.join(out, rel))
+    return rel
+
+
+def fetch_transformers_version(version: str, out: str) -> str:
+    """Another real transformers release (e.g. the known-bad 5.5.3) from the package index,
+    cached like the pinned one, written to wheels/transformers-<version>-py3-none-any.whl
+    under `out` (not part of the bundle build: for tests that build a bad image)."""
+    rel = f"wheels/transformers-{version}-py3-none-any.whl"
+    cached = _cached_pypi_wheel("transformers", version, os.path.basename(rel))
+    _copy_if_changed(cached, os.path.join(out, rel))
     return rel
 
 
@@ -291,6 +316,30 @@ def build_vllm_kunlun(pins: dict, out: str) -> str:
     rel = component(pins, "vllm_kunlun")["artifact"]
     src = os.path.join(ARTIFACTS, "vllm_kunlun_src")
     members = tree_files(src)
+    data = _tar_gz(members, {"setup.py": 0o755, "vllm_kunlun/patches/patch_torch251.py": 0o755})
+    _write(os.path.join(out, rel), data)
+    return rel
+
+
+def build_vllm_kunlun_variant(out: str, commit: str = "2fda97b", pins: dict = None) -> str:
+    """The vllm-kunlun source tarball of another commit (VLLM_KUNLUN_VARIANTS), written to
+    src/vllm-kunlun-<version>-<commit>.tar.gz under `out`; returns that relative path.
+
+    The base tree (the pinned commit) with the variant's files laid over it and the pinned
+    version and commit strings replaced by the variant's in every file, so the built
+    package reports the variant everywhere (metadata, __commit__, _kunlun.version()).
+    Not part of the bundle build: for tests that build an image with a bad combination."""
+    if commit not in VLLM_KUNLUN_VARIANTS:
+        raise ValueError(f"unknown vllm-kunlun variant {commit!r} (known: {sorted(VLLM_KUNLUN_VARIANTS)})")
+    pins = pins or load_pins()
+    base = component(pins, "vllm_kunlun")
+    version = VLLM_KUNLUN_VARIANTS[commit]
+    members = tree_files(os.path.join(ARTIFACTS, "vllm_kunlun_src"))
+    members.update(tree_files(os.path.join(VARIANTS_DIR, commit)))
+    for name, data in members.items():
+        members[name] = (data.replace(base["version"].encode(), version.encode())
+                         .replace(base["commit"].encode(), commit.encode()))
+    rel = f"src/vllm-kunlun-{version}-{commit}.tar.gz"
     data = _tar_gz(members, {"setup.py": 0o755, "vllm_kunlun/patches/patch_torch251.py": 0o755})
     _write(os.path.join(out, rel), data)
     return rel

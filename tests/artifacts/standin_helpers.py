@@ -1,8 +1,6 @@
 """Helpers for the stand-in artifact tests (vllm simulator, bundle)."""
 
-import glob
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -28,16 +26,20 @@ def free_port() -> int:
 
 
 def python310():
-    """A CPython 3.10 interpreter (the serving image's), or None."""
-    for cand in [shutil.which("python3.10"), "/usr/bin/python3.10",
-                 *sorted(glob.glob("/root/.pyenv/versions/3.10*/bin/python3.10")),
-                 *sorted(glob.glob("/usr/local/bin/python3.10"))]:
-        if cand and os.path.exists(cand):
-            ok = subprocess.run([cand, "-c", "import sys; assert sys.version_info[:2] == (3, 10)"],
-                                capture_output=True)
-            if ok.returncode == 0:
-                return cand
-    return None
+    """The CPython 3.10 the sim fleet builds its base image from (the serving image's
+    interpreter; kunlun_fleet.sim.base_image.python310_prefix finds it), or None."""
+    from kunlun_fleet.sim.base_image import python310_prefix
+    from kunlun_fleet.sim.config import SimError
+
+    try:
+        return os.path.join(python310_prefix(), "bin", "python3.10")
+    except SimError:
+        return None
+
+
+# Why a test that needs it skips (an error under make test / CI).
+NO_PY310 = ("needs CPython 3.10, the serving image's interpreter: `pyenv install 3.10`, or "
+            "KUNLUN_SIM_PYTHON310_PREFIX set to a CPython 3.10 prefix")
 
 
 def install_stack(bundle_dir: Path, work: Path, components: dict, python: str) -> dict:
@@ -95,19 +97,49 @@ def server_env(dev_dir: Path, **extra) -> dict:
     return env
 
 
-def run_server_once(args, env, timeout=30):
+def venv_env(dev_dir: Path, **extra) -> dict:
+    """server_env for a venv holding the installed stack (no source tree on the path)."""
+    env = server_env(dev_dir, **extra)
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+def make_dead_node(path: Path) -> Path:
+    """A device node with no driver behind it (open: ENXIO), like the kit makes for a card
+    in error: a character node on an unregistered major (root), else a UNIX socket, which
+    open(2) also answers with ENXIO."""
+    import errno
+    import stat as st
+    if path.exists() or path.is_symlink():
+        path.unlink()
+    try:
+        os.mknod(str(path), st.S_IFCHR | 0o666, os.makedev(61, 0))
+    except PermissionError:
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(path))
+        s.close()
+    try:
+        os.close(os.open(str(path), os.O_RDWR))
+    except OSError as exc:
+        assert exc.errno == errno.ENXIO, exc
+    else:
+        raise AssertionError(f"{path} opens: not a dead node")
+    return path
+
+
+def run_server_once(args, env, timeout=30, python=None):
     """Run the api_server expecting it to exit by itself (refusals, argparse errors)."""
-    return subprocess.run([sys.executable, "-m", "vllm.entrypoints.openai.api_server", *args],
-                          env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([python or sys.executable, "-m", "vllm.entrypoints.openai.api_server", *args],
+                          env=env, capture_output=True, text=True, timeout=timeout, cwd="/")
 
 
 class Server:
-    def __init__(self, args, env, log_path: Path):
+    def __init__(self, args, env, log_path: Path, python=None):
         self.port = free_port()
         self.log_path = log_path
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+            [python or sys.executable, "-m", "vllm.entrypoints.openai.api_server",
              "--host", "127.0.0.1", "--port", str(self.port), *args],
             env=env, stdout=self.log, stderr=subprocess.STDOUT)
         self.base = f"http://127.0.0.1:{self.port}"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kunlun_fleet.sim import bundle
-from standin_helpers import install_stack, make_dev_dir, python310
+from standin_helpers import NO_PY310, install_stack, make_dev_dir, python310
 
 SMALL = ("kunlun_ops", "triton", "xspeedgate_ops", "cocopod", "vllm")
 
@@ -152,7 +152,7 @@ PY310 = python310()
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(PY310 is None, reason="needs a CPython 3.10 interpreter (the image's)")
+@pytest.mark.skipif(PY310 is None, reason=NO_PY310)
 def test_install_the_stack_into_a_venv(built, pins, tmp_path):
     """The image's install sequence, with pip (the venv's) where the image uses uv."""
     out, _ = built
@@ -196,17 +196,20 @@ def test_install_the_stack_into_a_venv(built, pins, tmp_path):
     assert sh(str(venv / "bin" / "vllm"), "--version").strip() == "0.15.1"
 
 
-UV = shutil.which("uv")
+# uv comes with the controller toolchain (requirements.txt), in the venv beside pytest.
+UV = shutil.which("uv", path=os.path.dirname(sys.executable)) or shutil.which("uv")
 
 
-@pytest.mark.skipif(PY310 is None or UV is None, reason="needs uv and CPython 3.10")
+@pytest.mark.skipif(PY310 is None or UV is None, reason="needs uv (make setup) and " + NO_PY310)
 def test_uv_install_path(built, pins, tmp_path):
     """The image's uv route: the vendor's sed recipe for the .run, and cocopod's variable."""
     out, _ = built
     comps = pins["kunlun_stack_components"]
     venv = tmp_path / "venv"
     subprocess.run([UV, "venv", "-q", "-p", PY310, str(venv)], check=True)
-    env = dict(os.environ, VIRTUAL_ENV=str(venv), UV_OFFLINE="1")
+    # setup.sh (after the sed) calls `uv` by name, as the image build does.
+    env = dict(os.environ, VIRTUAL_ENV=str(venv), UV_OFFLINE="1",
+               PATH=os.path.dirname(UV) + os.pathsep + os.environ.get("PATH", ""))
     subprocess.run(["bash", str(out / comps["torch"]["artifact"]), "--noexec", "--target",
                     str(tmp_path / "xpytorch_unpack")], check=True, capture_output=True)
     setup = tmp_path / "xpytorch_unpack" / "setup.sh"

@@ -423,12 +423,41 @@ def _fire(port, count, max_tokens):
     return asyncio.run(main())
 
 
-@pytest.mark.parametrize("gpu_util, ssm_dtype, dies", [
-    (0.9, "float16", True),      # KV cache at 0.9 leaves no room for 256 SSM states
-    (0.75, "float32", True),     # SSM state in float32
-    (0.75, "float16", False),    # the validated settings hold 256 concurrent requests
+def _memory_model():
+    spec = importlib.util.spec_from_file_location("_memory", VLLM_SRC / "vllm" / "engine" / "memory.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_memory_model_follows_the_notes(pins):
+    """96 GiB per card; KV 86.24 GiB at 0.9; the SSM state of 256 running does not fit at
+    0.9 and does at 0.75; float32 state needs twice the room."""
+    from types import SimpleNamespace
+
+    from kunlun_fleet.sim.artifacts.model import config as model_config
+    mem = _memory_model()
+    cfg = model_config(pins)
+
+    def model(util, dtype):
+        return mem.MemoryModel(SimpleNamespace(tensor_parallel_size=8, gpu_memory_utilization=util,
+                                               mamba_ssm_cache_dtype=dtype), cfg)
+    assert mem.CARD_MIB == 98304
+    assert round(model(0.9, "float16").kv_mib / 1024, 2) == 86.24
+    assert model(0.9, "float16").max_running() == 255
+    assert model(0.75, "float16").max_running() >= 256
+    f16, f32 = model(0.9, "float16"), model(0.9, "float32")
+    assert f32.max_running() < 256 // 2 + 8 and f32.per_seq_mib > 1.9 * f16.per_seq_mib
+    assert model(0.9, "auto").state_dtype == "float32"   # the model's mamba_ssm_dtype
+
+
+@pytest.mark.parametrize("gpu_util, ssm_dtype, count, dies", [
+    (0.9, "float16", 256, True),     # KV cache 86.24 GiB: the 256th SSM state does not fit
+    (0.9, "float32", 160, True),     # float32 state: twice the room, out well before 256
+    (0.75, "float16", 256, False),   # the validated settings hold 256 concurrent requests
 ])
-def test_ssm_state_out_of_memory_at_256_running(tmp_path, pins, model_dir, dev8, gpu_util, ssm_dtype, dies):
+def test_ssm_state_out_of_memory_under_load(tmp_path, pins, model_dir, dev8, gpu_util, ssm_dtype,
+                                            count, dies):
     args = serving_args(pins, model_dir, gpu_memory_utilization=gpu_util,
                         mamba_ssm_cache_dtype=ssm_dtype) + ["--api-key", API_KEY,
                                                            "--served-model-name", SERVED,
@@ -437,15 +466,19 @@ def test_ssm_state_out_of_memory_at_256_running(tmp_path, pins, model_dir, dev8,
                                   KUNLUN_SIM_PEAK_TOKENS_PER_SECOND="20000"), tmp_path / "oom.log")
     try:
         srv.wait_ready()
-        statuses = _fire(srv.port, 256, 2000 if dies else 20)
+        # not at start: it serves a request before the load
+        assert _fire(srv.port, 1, 5) == [200]
+        assert "out of memory" not in srv.output()
+        statuses = _fire(srv.port, count, 2000 if dies else 20)
         if dies:
             assert set(statuses) == {500}
             assert srv.proc.wait(timeout=20) == 1
             log = srv.output()
-            assert "torch.OutOfMemoryError: XPU out of memory" in log
+            assert "torch.OutOfMemoryError: XPU out of memory. Tried to allocate" in log
+            assert "XPU 0 has a total capacity of 96.00 GiB" in log
             assert "EngineDeadError" in log
         else:
-            assert statuses == [200] * 256
+            assert statuses == [200] * count
             assert srv.proc.poll() is None
     finally:
         srv.stop()

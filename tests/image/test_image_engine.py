@@ -1,7 +1,7 @@
 """The rendered Dockerfile built for real (classic builder, no buildx) on the sim fleet's
 engine from the stand-in bundle and base image, then proved from the inside with the
-probe of stack_proof: 8 accelerator nodes pass, 7 fail on the count. Skipped when the sim
-engine is down or the stand-in base image archive was not built."""
+probe of stack_proof: 8 accelerator nodes pass, 7 fail on the count. The sim_fleet fixture
+starts the engine and builds the bundle (base image archive included)."""
 
 import os
 import shutil
@@ -25,13 +25,12 @@ def docker(*args, **kw):
 
 
 @pytest.fixture(scope="module")
-def built_image(tmp_path_factory):
-    if not os.path.exists(SOCK) or docker("info").returncode != 0:
-        pytest.skip("the sim engine is not running (kunlun-fleet sim-up)")
+def built_image(sim_fleet, tmp_path_factory):
+    info = docker("info")
+    assert info.returncode == 0, "the sim engine does not answer after sim-up: %s" % info.stderr
     if docker("image", "inspect", PINS["kunlun_stack_base_image"]).returncode != 0:
         archive = os.path.join(BUNDLE, PINS["kunlun_stack_base_image_archive"])
-        if not os.path.exists(archive):
-            pytest.skip("no stand-in base image: python -m kunlun_fleet.sim.bundle build --with-base-image")
+        assert os.path.exists(archive), "sim-up built no stand-in base image archive at %s" % archive
         assert docker("load", "-i", archive).returncode == 0
     from image_helpers import Site
 
@@ -58,7 +57,9 @@ def built_image(tmp_path_factory):
     docker("rmi", TAG)
 
 
-def probe(image, nodes, tmp_path):
+def probe(image, nodes, tmp_path, error_node=None):
+    """stack_proof's probe in the image with `nodes` accelerator nodes; error_node gets a
+    node no driver serves (61:N, as the kit makes for a device in error: open gives ENXIO)."""
     sys.path.insert(0, str(ROOT / "library"))
     import stack_proof as mod
     from ansible.module_utils import stack_proof as sp
@@ -67,7 +68,8 @@ def probe(image, nodes, tmp_path):
     devdir = tmp_path / "dev"
     devdir.mkdir()
     for name in ["xpu%d" % i for i in range(nodes)] + ["xpuctrl"]:
-        subprocess.run(["mknod", str(devdir / name), "c", "1", "3"], check=True)
+        major, minor = ("61", str(error_node)) if name == "xpu%s" % error_node else ("1", "3")
+        subprocess.run(["mknod", str(devdir / name), "c", major, minor], check=True)
     comps = PINS["kunlun_stack_components"]
     devices = ["/dev/xpu%d" % i for i in range(nodes)] + ["/dev/xpuctrl"]
     cmd = mod.probe_command("docker", image, comps["python"]["venv"] + "/bin/python", devices,
@@ -102,7 +104,88 @@ def test_seven_nodes_fail_the_proof(built_image, tmp_path):
     assert [(r["component"], r["found"]) for r in failed] == [("torch_xmlir._XMLIRC._xpu_get_devices_number()", "7")]
 
 
+def test_a_device_in_error_fails_the_proof(built_image, tmp_path):
+    """Eight nodes, one of them with no driver behind it: the stack counts seven."""
+    _, failed = probe(built_image, 8, tmp_path, error_node=3)
+    assert [(r["component"], r["found"]) for r in failed] == [("torch_xmlir._XMLIRC._xpu_get_devices_number()", "7")]
+
+
 def test_no_pip_in_the_venv(built_image):
     proc = docker("run", "--rm", "--entrypoint", "/bin/sh", built_image, "-c",
                   "test ! -e /opt/vllm_kunlun/bin/pip && command -v uv && ! ls /tmp/kunlun-artifacts")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# ------------------------------------------------------------------ bad stacks, for real
+# Images built from the proved one with one part of a known-bad combination, the way an
+# operator with kunlun_stack_allow_unvalidated would get them: the stand-in stack then
+# fails where the real one fails (the server at start, or the proof).
+SP = "/opt/vllm_kunlun/lib/python3.10/site-packages"
+BAD = {
+    "transformers-5.5.3": (
+        "COPY {wheel} /tmp/\n"
+        "RUN uv pip install --python /opt/vllm_kunlun/bin/python --no-deps --force-reinstall /tmp/{wheel}\n",
+        "AttributeError: 'Qwen2VLImageProcessor' object has no attribute 'max_pixels'"),
+    "vllm-kunlun-2fda97b": (
+        "COPY {tarball} /tmp/\n"
+        "RUN rm -rf %s/vllm_kunlun %s/vllm_kunlun-* && mkdir /tmp/vk && tar -xzf /tmp/{tarball} -C /tmp/vk \\\n"
+        " && cd /tmp/vk && /opt/vllm_kunlun/bin/python setup.py build && /opt/vllm_kunlun/bin/python setup.py install\n"
+        % (SP, SP),
+        "TypeError: causal_conv1d_update() got an unexpected keyword argument"),
+    "no-_kunlun": (
+        "RUN rm %s/vllm_kunlun/_kunlun*.so\n" % SP,
+        "ImportError: cannot import name '_kunlun' from 'vllm_kunlun'"),
+}
+
+
+@pytest.fixture(scope="module")
+def bad_images(built_image, tmp_path_factory):
+    from kunlun_fleet.sim import bundle
+
+    ctx = tmp_path_factory.mktemp("bad")
+    wheel = os.path.basename(bundle.fetch_transformers_version("5.5.3", str(ctx)))
+    shutil.move(str(ctx / "wheels" / wheel), str(ctx / wheel))
+    tarball = os.path.basename(bundle.build_vllm_kunlun_variant(str(ctx), "2fda97b"))
+    shutil.move(str(ctx / "src" / tarball), str(ctx / tarball))
+    images = {}
+    for name, (steps, _) in BAD.items():
+        (ctx / "Dockerfile").write_text("FROM %s\n%s" % (built_image, steps.format(wheel=wheel, tarball=tarball)))
+        tag = "kunlun-serving:pytest-bad-%s" % name.lower().replace("_", "")
+        proc = docker("build", "-q", "-t", tag, str(ctx), timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        images[name] = tag
+    yield images
+    docker("rmi", *images.values())
+
+
+def serve_once(image, tmp_path):
+    """The serving command (the product's flags) in the image, with 8 device nodes: the
+    server's exit code and output, or None when it was still serving after 90 s."""
+    sys.path.insert(0, str(ROOT / "tests" / "serving"))
+    from serving_helpers import serving_args
+
+    model = os.path.join(BUNDLE, "models", PINS["kunlun_stack_model"]["directory"])
+    devdir = tmp_path / "dev"
+    devdir.mkdir()
+    args = []
+    for name in ["xpu%d" % i for i in range(8)] + ["xpuctrl"]:
+        subprocess.run(["mknod", str(devdir / name), "c", "1", "3"], check=True)
+        args += ["--device", "%s:/dev/%s" % (devdir / name, name)]
+    for key, value in dict(PINS["kunlun_stack_serving_env"], HF_HUB_OFFLINE="1", KUNLUN_SIM_LOAD_SECONDS="0").items():
+        args += ["-e", "%s=%s" % (key, value)]
+    proc = docker("run", "--rm", *args, "-v", "%s:%s:ro" % (model, model), "--entrypoint", "timeout", image,
+                  "90", "/opt/vllm_kunlun/bin/python", "-m", "vllm.entrypoints.openai.api_server",
+                  *serving_args(PINS, model), "--port", "18555", "--api-key", "k", timeout=180)
+    return (None if proc.returncode == 124 else proc.returncode), proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("bad", sorted(BAD))
+def test_a_bad_stack_fails_at_start_like_the_real_one(bad_images, bad, tmp_path):
+    rc, out = serve_once(bad_images[bad], tmp_path)
+    assert rc not in (None, 0), "the server with %s did not fail:\n%s" % (bad, out[-3000:])
+    assert BAD[bad][1] in out, out[-3000:]
+
+
+def test_the_proof_refuses_an_image_without_the_extension(bad_images, tmp_path):
+    _, failed = probe(bad_images["no-_kunlun"], 8, tmp_path)
+    assert [r["component"] for r in failed] == ["from vllm_kunlun import _kunlun"], failed

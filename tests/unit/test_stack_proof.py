@@ -183,7 +183,7 @@ sys.exit(subprocess.call([os.environ["FAKE_DOCKER_PYTHON"]] + rest, env=env, cwd
 
 
 sys.path.insert(0, str(ROOT / "tests" / "artifacts"))
-from standin_helpers import install_stack, python310  # noqa: E402 (path set just above)
+from standin_helpers import NO_PY310, install_stack, python310  # noqa: E402 (path set just above)
 
 PY310 = python310()
 
@@ -228,7 +228,7 @@ def fake_docker(stack_venv, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(PY310 is None, reason="needs a CPython 3.10 interpreter (the image's)")
+@pytest.mark.skipif(PY310 is None, reason=NO_PY310)
 def test_probe_proves_the_standin_stack(fake_docker, capsys):
     r = run_module(capsys, _module_args(fake_docker, 8))
     assert r.get("failed") is not True, r.get("msg")
@@ -241,7 +241,7 @@ def test_probe_proves_the_standin_stack(fake_docker, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(PY310 is None, reason="needs a CPython 3.10 interpreter (the image's)")
+@pytest.mark.skipif(PY310 is None, reason=NO_PY310)
 def test_probe_finds_seven_devices_and_fails_with_the_table(fake_docker, capsys):
     r = run_module(capsys, _module_args(fake_docker, 7))
     assert r["failed"] is True and r["proven"] is False
@@ -251,19 +251,19 @@ def test_probe_finds_seven_devices_and_fails_with_the_table(fake_docker, capsys)
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(PY310 is None, reason="needs a CPython 3.10 interpreter (the image's)")
+@pytest.mark.skipif(PY310 is None, reason=NO_PY310)
 def test_probe_python_exact_names_the_patch_release(fake_docker, capsys):
     r = run_module(capsys, _module_args(fake_docker, 8, python_match="exact"))
     found = subprocess.run([PY310, "-c", "import platform; print(platform.python_version())"],
                            capture_output=True, text=True).stdout.strip()
     if found == COMPONENTS["python"]["version"]:
-        pytest.skip("this interpreter is the pinned release")
+        pytest.skip("not applicable: this interpreter is the pinned patch release, there is no mismatch to name")
     assert r["failed"] is True
     assert [row["component"] for row in r["rows"] if not row["ok"]] == ["python"]
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(PY310 is None, reason="needs a CPython 3.10 interpreter (the image's)")
+@pytest.mark.skipif(PY310 is None, reason=NO_PY310)
 def test_probe_catches_a_known_bad_pin_in_the_image(fake_docker, capsys):
     """The image holds transformers 5.2.0; pins asking for 5.5.3 fail on both counts."""
     comps = copy.deepcopy(COMPONENTS)
@@ -277,7 +277,7 @@ def test_probe_catches_a_known_bad_pin_in_the_image(fake_docker, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(PY310 is None, reason="needs a CPython 3.10 interpreter (the image's)")
+@pytest.mark.skipif(PY310 is None, reason=NO_PY310)
 def test_probe_run_from_the_source_tree_is_not_fooled(fake_docker, capsys):
     """A vllm_kunlun directory in the working directory must not stand in for the installed one."""
     proc = subprocess.run([fake_docker["python"], "-c", sp.PROBE_SOURCE, sp.probe_request(COMPONENTS)],

@@ -9,5 +9,6 @@ def register():
 
 
 def register_model():
-    """vllm.general_plugins entry point."""
-    return None
+    """vllm.general_plugins entry point: the Kunlun kernels of vLLM's layers."""
+    from vllm_kunlun.ops import register_ops
+    register_ops()

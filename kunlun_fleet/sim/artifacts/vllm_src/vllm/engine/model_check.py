@@ -11,6 +11,10 @@ import os
 import re
 import struct
 
+from vllm.logger import init_logger
+
+logger = init_logger("vllm.engine.model_check")
+
 
 class HFValidationError(ValueError):
     """huggingface_hub.errors.HFValidationError"""
@@ -177,9 +181,32 @@ def visible_devices() -> list:
     return [d for d in wanted if d in present]
 
 
-def check_devices(args) -> int:
-    count = len(visible_devices())
+def unusable_devices() -> list:
+    """[(index, node, error)] of visible nodes that cannot be opened: a node with no driver
+    behind it answers ENXIO, as a device the kunlun driver failed to bring up does."""
+    dev_dir = os.environ.get("KUNLUN_SIM_DEV_DIR", "/dev")
+    bad = []
+    for index in visible_devices():
+        node = os.path.join(dev_dir, "xpu%d" % index)
+        try:
+            os.close(os.open(node, os.O_RDWR | getattr(os, "O_CLOEXEC", 0)))
+        except OSError as exc:
+            bad.append((index, node, "[Errno %d] %s" % (exc.errno, exc.strerror)))
+    return bad
+
+
+def check_devices(args, platform=None) -> int:
+    """Devices the engine can use against the world size. With the platform plugin loaded
+    the count is the platform's (torch_xmlir's), else the visible nodes that open."""
+    if platform is not None:
+        count = platform.device_count()
+        bad = platform.unusable_devices() if hasattr(platform, "unusable_devices") else []
+    else:
+        bad = unusable_devices()
+        count = len(visible_devices()) - len(bad)
     world = (args.tensor_parallel_size or 1) * (args.pipeline_parallel_size or 1)
+    for index, node, error in bad:
+        logger.error("XPU %d (%s) failed to initialize: %s", index, node, error)
     if count < world:
         raise ValueError(
             f"World size ({world}) is larger than the number of "

@@ -112,11 +112,11 @@ class Engine:
         self.waiting = collections.deque()
         self.wake = asyncio.Event()
         self.kv_capacity = max(env_float("KUNLUN_SIM_KV_CACHE_TOKENS", 2_000_000), 1.0)
-        # Running sequences at which the SSM state no longer fits next to the KV cache
-        # (None: never). Set by the server from --gpu-memory-utilization and
-        # --mamba-ssm-cache-dtype; reaching it kills the engine like an XPU OOM.
-        self.oom_at = None
-        self.oom_reason = ""
+        # Device memory (vllm.engine.memory.MemoryModel, None: unlimited). Set by the
+        # server from --gpu-memory-utilization, --mamba-ssm-cache-dtype, the TP size and
+        # the model's config: when the running sequences' SSM state no longer fits next to
+        # the KV cache, the engine dies like an XPU out-of-memory.
+        self.memory = None
         self.dead = None
 
     def add(self, seq: Sequence) -> None:
@@ -174,12 +174,8 @@ class Engine:
                 if seq.prefill_left == 0:
                     completing.append(seq)
             self.metrics.set_queue(len(self.running), len(self.waiting), self.kv_usage())
-            if self.oom_at is not None and len(self.running) >= self.oom_at:
-                self._die(OutOfMemoryError(
-                    "XPU out of memory. Tried to allocate 1.50 GiB. XPU 0 has a total capacity of "
-                    "96.00 GiB of which 212.00 MiB is free. Of the allocated memory 94.61 GiB is "
-                    f"allocated by PyTorch ({self.oom_reason}, {len(self.running)} running "
-                    "sequences)"))
+            if self.memory is not None and len(self.running) > self.memory.max_running():
+                self._die(OutOfMemoryError(self.memory.oom_message(len(self.running))))
                 return
             if not self.running:
                 continue

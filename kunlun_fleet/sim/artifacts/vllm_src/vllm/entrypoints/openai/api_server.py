@@ -22,12 +22,14 @@ import uuid
 from urllib.parse import urlsplit
 
 from vllm.engine import model_check
+from vllm.engine.memory import MemoryModel
 from vllm.engine.metrics import Metrics
 from vllm.engine.pacing import Engine, Sequence, env_float
 from vllm.entrypoints.openai.cli_args import (DEFAULTS, FlexibleArgumentParser,
                                               make_arg_parser, validate_api_server_args,
                                               validate_parsed_serve_args)
 from vllm.logger import init_logger, uvicorn_log
+from vllm.platforms import current_platform
 from vllm.version import __version__ as VLLM_VERSION
 
 logger = init_logger("vllm.entrypoints.openai.api_server")
@@ -98,7 +100,7 @@ class Server:
         self.metrics = Metrics(self.served_names[0])
         self.engine = Engine(args.max_num_seqs or 256, self.metrics,
                              args.max_num_batched_tokens or 8192)
-        self.engine.oom_at, self.engine.oom_reason = oom_threshold(args, config)
+        self.engine.memory = MemoryModel(args, config)
         keys = args.api_key or ([os.environ["VLLM_API_KEY"]] if os.environ.get("VLLM_API_KEY") else None)
         self.api_keys = set(keys) if keys else None
         self.created = int(time.time())
@@ -419,21 +421,25 @@ class Server:
 ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 
 
-def oom_threshold(args, config):
-    """Running sequences at which the SSM state runs out of XPU memory (KUNLUN_FACTS):
-    SSM state in float32 (mamba_ssm_cache_dtype float32, or auto with a float32 model
-    default) from 128 running; at gpu_memory_utilization above 0.8 the KV cache leaves no
-    room for the SSM state of 256 running sequences."""
-    ssm = args.mamba_ssm_cache_dtype
-    if ssm == "auto":
-        ssm = config.get("mamba_ssm_dtype") or config.get("dtype") or "float16"
-    if ssm == "float32":
-        return 128, f"SSM state in float32 (mamba_ssm_cache_dtype={args.mamba_ssm_cache_dtype})"
-    if args.gpu_memory_utilization > 0.8:
-        kv = 96.0 * args.gpu_memory_utilization - 0.16
-        return 256, (f"KV cache {kv:.2f} GiB per card at gpu_memory_utilization="
-                     f"{args.gpu_memory_utilization}, no room for the SSM state")
-    return None, ""
+def profile_run(config) -> None:
+    """The engine core's profile run: the general plugins register the platform's kernels,
+    a dummy forward pass calls each of them once, and the multimodal processor sizes the
+    dummy inputs. A failure there is vLLM's "Engine core initialization failed"."""
+    from vllm.model_executor.custom_op import dummy_forward
+    from vllm.plugins import load_general_plugins
+    from vllm.transformers_utils.processor import get_image_processor_info
+
+    try:
+        load_general_plugins()
+        ops = dummy_forward()
+        info = get_image_processor_info(config)
+    except Exception as exc:
+        logger.error("EngineCore failed to start.")
+        logger.error("%s: %s", type(exc).__name__, exc)
+        raise RuntimeError("Engine core initialization failed. See root cause above. "
+                           "Failed core proc(s): {}") from exc
+    logger.info("Profile run: %d custom ops, image processor max_pixels=%s",
+                ops, info.get("max_pixels"))
 
 
 def non_default_args(args) -> dict:
@@ -464,13 +470,18 @@ async def run_server(args) -> None:
     sock = create_server_socket(args.host, args.port)
     sock.setblocking(False)
 
+    # The platform plugin (vllm-kunlun) and the stack it runs on: an import error stops here.
+    platform = current_platform()
+    if platform is not None and hasattr(platform, "describe"):
+        logger.info("Platform stack: %s", platform.describe())
+
     model_dir = model_check.resolve_model(args.model)
     config = model_check.load_config(model_dir)
     archs = config.get("architectures") or ["Qwen3_5ForCausalLM"]
     logger.info("Resolved architecture: %s", archs[0])
     max_model_len = model_check.check_config(args, config)
     logger.info("Using max model len %d", max_model_len)
-    devices = model_check.check_devices(args)
+    devices = model_check.check_devices(args, platform)
     logger.info("Chunked prefill is enabled with max_num_batched_tokens=%d.",
                 args.max_num_batched_tokens or 8192)
     if args.enable_prefix_caching is not False:
@@ -489,6 +500,9 @@ async def run_server(args) -> None:
     logger.info("Model loading took %.4f GiB memory and %.6f seconds",
                 31.0 / max(args.tensor_parallel_size or 1, 1), time.monotonic() - start)
     await asyncio.sleep(load_seconds * 0.15)
+    if platform is not None:
+        profile_run(config)
+    logger.info("Device memory: %s", MemoryModel(args, config).describe())
     kv = model_check.kv_cache_gib(args)
     kv_tokens = int(kv * 2**30 / 65536)
     logger.info("Available KV cache memory: %.2f GiB", kv)

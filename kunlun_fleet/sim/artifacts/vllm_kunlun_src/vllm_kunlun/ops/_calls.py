@@ -1,0 +1,35 @@
+"""The kunlun_ops calls this commit's layers make (operator, keyword arguments), in the
+order a forward pass of a Qwen3.5 (Gated DeltaNet + full attention) model reaches them.
+Written for kunlun_ops 0.1.58."""
+
+CALLS = (
+    ("causal_conv1d_fn", ("x", "out", "dim", "cu_seqlen", "weight", "width", "conv_states",
+                          "num_cache_lines", "state_width", "query_start_loc_cpu",
+                          "query_start_loc", "batch_size", "bias", "cache_indices_cpu",
+                          "cache_indices_xpu", "has_initial_state_cpu", "has_initial_state_xpu",
+                          "act", "state_seq_stride")),
+    ("causal_conv1d_update", ("x", "conv_state", "weight", "bias", "act",
+                              "conv_state_indices_cpu", "conv_state_indices_xpu",
+                              "state_seq_stride")),
+    ("chunk_gated_delta_rule", ("q", "k", "v", "g", "beta", "scale", "initial_state",
+                                "output_final_state", "cu_seqlens")),
+    ("fused_recurrent_gated_delta_rule", ("q", "k", "v", "g", "beta", "scale", "initial_state",
+                                          "inplace_final_state", "cu_seqlens",
+                                          "ssm_state_indices", "use_qk_l2norm_in_kernel")),
+    ("l2norm_fwd", ("x", "eps")),
+    ("gemma_rms_norm", ("x", "weight", "eps")),
+    ("rms_norm", ("x", "weight", "eps", "out")),
+    ("fused_add_rms_norm", ("x", "residual", "weight", "eps")),
+    ("sigmoid_gate_mul", ("x", "gate", "out")),
+    ("silu_and_mul", ("x", "out")),
+    ("dynamic_per_token_quant_int8", ("x", "out", "scale")),
+    ("w8a8_int8_dynamic", ("x", "weight", "weight_scale", "bias", "out_dtype")),
+    ("rotary_embedding", ("positions", "query", "key", "head_size", "cos_sin_cache", "is_neox")),
+    ("reshape_and_cache", ("key", "value", "key_cache", "value_cache", "slot_mapping",
+                           "kv_cache_dtype")),
+    ("paged_attention", ("out", "query", "key_cache", "value_cache", "block_tables", "seq_lens",
+                         "max_seq_len", "scale", "alibi_slopes", "kv_cache_dtype")),
+    ("flash_attention_varlen", ("q", "k", "v", "out", "cu_seqlens_q", "cu_seqlens_k",
+                                "max_seqlen_q", "max_seqlen_k", "softmax_scale", "causal")),
+    ("top_k_top_p_sampling", ("logits", "top_k", "top_p", "generators")),
+)
