@@ -451,6 +451,25 @@ def test_memory_model_follows_the_notes(pins):
     assert model(0.9, "auto").state_dtype == "float32"   # the model's mamba_ssm_dtype
 
 
+def test_one_card_holding_the_whole_model_needs_a_lower_utilization(tmp_path, model_dir):
+    """TP 1: the 31 GiB of weights and a KV cache of 0.9 x 96 GiB leave no room for one
+    sequence's SSM state; vllm refuses at start rather than at the first request. At 0.5
+    it serves."""
+    dev1 = make_dev_dir(tmp_path / "dev1", 1)
+    args = ["--model", str(model_dir), "--tensor-parallel-size", "1", "--max-model-len", "4096"]
+    proc = run_server_once(args + ["--gpu-memory-utilization", "0.9", "--port", str(free_port())],
+                           server_env(dev1), timeout=10)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "ValueError: No available memory for the cache blocks." in proc.stdout + proc.stderr
+    log = tmp_path / "serve.log"
+    srv = Server(args + ["--gpu-memory-utilization", "0.5"], server_env(dev1), log)
+    try:
+        srv.wait_ready()
+        assert "room for" in log.read_text()
+    finally:
+        srv.stop()
+
+
 @pytest.mark.parametrize("gpu_util, ssm_dtype, count, dies", [
     (0.9, "float16", 256, True),     # KV cache 86.24 GiB: the 256th SSM state does not fit
     (0.9, "float32", 160, True),     # float32 state: twice the room, out well before 256

@@ -502,7 +502,12 @@ async def run_server(args) -> None:
     await asyncio.sleep(load_seconds * 0.15)
     if platform is not None:
         profile_run(config)
-    logger.info("Device memory: %s", MemoryModel(args, config).describe())
+    memory = MemoryModel(args, config)
+    logger.info("Device memory: %s", memory.describe())
+    if memory.max_running() < 1:
+        # vllm's words when the memory left after the profile run holds no cache block.
+        raise ValueError("No available memory for the cache blocks. Try increasing "
+                         "`gpu_memory_utilization` when initializing the engine.")
     kv = model_check.kv_cache_gib(args)
     kv_tokens = int(kv * 2**30 / 65536)
     logger.info("Available KV cache memory: %.2f GiB", kv)
