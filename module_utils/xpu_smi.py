@@ -29,7 +29,7 @@ import re
 
 __metaclass__ = type
 
-# Card variants by XPU part number (KUNLUN_FACTS: "VD" cards need the modprobe option).
+# Card variants by XPU part number (docs/target.md: "VD" cards need the modprobe option).
 PART_NUMBER_VARIANTS = {
     'B00100300110312': 'VD',
     'B00100300110112': 'VC',
