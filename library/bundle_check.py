@@ -29,6 +29,12 @@ options:
   cache_file:
     description: Where to remember digests between runs (a controller path); empty to disable.
     type: path
+  only_required:
+    description:
+      - Verify only the I(required) files (a stage that uses a few artifacts of a large bundle);
+        by default every file the manifest lists is verified.
+    type: bool
+    default: false
 author:
   - kunlun-fleet contributors
 """
@@ -48,6 +54,11 @@ problems:
   returned: always
   type: list
   elements: dict
+sums:
+  description: The manifest's sha256 of each I(required) path, verified against the file.
+  returned: success
+  type: dict
+  sample: {"drivers/xre-5.0.21.26-linux-x86_64.run": "9f2c...e1"}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -60,16 +71,20 @@ def main():
             bundle_dir=dict(type="path", required=True),
             required=dict(type="list", elements="str", default=[]),
             cache_file=dict(type="path"),
+            only_required=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
-    found = check_bundle(module.params["bundle_dir"], module.params["required"], module.params["cache_file"])
+    sums = {}
+    found = check_bundle(module.params["bundle_dir"], module.params["required"], module.params["cache_file"],
+                         only_required=module.params["only_required"], sums_out=sums)
     problems = [{"path": p, "state": s, "fix": f} for p, s, f in found]
     if problems:
-        module.fail_json(msg="The offline bundle %s is not usable:\n- %s" % (
+        # Callers run it on the controller before any host is touched.
+        module.fail_json(msg="The offline bundle %s is not usable; nothing was changed:\n- %s" % (
             module.params["bundle_dir"], "\n- ".join("%(path)s: %(state)s. Fix: %(fix)s" % p for p in problems)),
             problems=problems)
-    module.exit_json(changed=False, problems=[])
+    module.exit_json(changed=False, problems=[], sums=sums)
 
 
 if __name__ == "__main__":

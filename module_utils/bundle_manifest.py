@@ -78,10 +78,12 @@ class SumCache(object):
         os.rename(tmp, self.path)
 
 
-def check_bundle(bundle_dir, required, cache_path=None):
+def check_bundle(bundle_dir, required, cache_path=None, only_required=False, sums_out=None):
     """Problems of a bundle: [(relative path, what is wrong, fix)], empty when sound.
 
-    Every file the manifest lists is verified; every `required` path must be listed too.
+    Every file the manifest lists is verified (only the `required` ones with
+    only_required); every `required` path must be listed too. sums_out, a dict, receives
+    the manifest's sha256 of each required path it lists.
     """
     problems = []
     manifest_path = os.path.join(bundle_dir, MANIFEST)
@@ -97,18 +99,22 @@ def check_bundle(bundle_dir, required, cache_path=None):
     except ValueError as exc:
         return [(MANIFEST, str(exc), "regenerate it with: sha256sum <files> > MANIFEST.sha256")]
     cache = SumCache(cache_path)
+    if sums_out is not None:
+        sums_out.update((rel, sums[rel]) for rel in required if rel in sums)
     for rel in sorted(set(required) - set(sums)):
         where = os.path.join(bundle_dir, rel)
         state = "present but not in the manifest" if os.path.exists(where) else "missing"
         problems.append((rel, state, "add the file to the bundle and its sha256 to %s" % MANIFEST))
     for rel, want in sorted(sums.items()):
+        if only_required and rel not in required:
+            continue
         path = os.path.join(bundle_dir, rel)
         if not os.path.isfile(path):
             problems.append((rel, "listed in the manifest but missing", "copy it into %s" % bundle_dir))
             continue
         found = cache.digest(path)
         if found != want:
-            problems.append((rel, "sha256 %s, the manifest says %s" % (found, want),
+            problems.append((rel, "checksum mismatch: sha256 %s, the manifest says %s" % (found, want),
                              "replace it with the file the manifest describes (a corrupt or different download)"))
     cache.save()
     return problems

@@ -63,6 +63,9 @@ PHASES = [
         # From bare hosts through every stage, then the operator's checks; it leaves the
         # three hosts converged and serving, which the suites after it reuse.
         Suite("e2e", "fleet", ["tests/e2e"], timeout=2700),
+        # The bench on the served fleet the e2e leaves: a short sweep through the gateway
+        # and per host, the report files, client and server counts within 3%.
+        Suite("bench-sim", "fleet", ["tests/bench/test_bench_sim.py"], timeout=900),
         # The image role on three hosts: prepare untags the serving image, so converge
         # builds once (from the builder's layer cache) and streams to the two others.
         Suite("molecule-image", "fleet", [scenario("image")]),
@@ -74,10 +77,20 @@ PHASES = [
         Suite("standin-stack", "local", ["tests/artifacts", "tests/unit"]),
         # A real image build on the sim fleet's engine (no sim host).
         Suite("image-engine", "local", ["tests/image"]),
+        # The bench against local stand-in servers (aiperf from the bench venv, no sim
+        # host): counters, a host dying mid-bench, check mode, the open-files refusal, and
+        # the stand-in's queueing, prefill cost, counters and tokenizer.
+        Suite("bench-local", "local", ["tests/bench/test_bench_local.py", "tests/bench/test_standin_for_bench.py"],
+              timeout=1200),
+        # The report page in headless Chromium (rendered from a recorded run; no fleet).
+        Suite("bench-page", "local", ["tests/bench/test_bench_page.py"], timeout=600),
     ],
     [
         # kf-node-1: serve and gateway first (the e2e left the host converged).
         Suite("molecule-serve", "kf-node-1", [scenario("serve")]),
+        # The drain that runs out of time, stopped and forced, on the host molecule-serve
+        # leaves serving.
+        Suite("serve-drain", "kf-node-1", ["tests/serving/test_serve_drain_sim.py"]),
         Suite("molecule-gateway", "kf-node-1", [scenario("gateway")]),
         Suite("molecule-preflight", "kf-node-1", [scenario("preflight")]),
         Suite("preflight-sim", "kf-node-1", ["tests/preflight/test_host_checks_sim.py"]),
@@ -90,7 +103,7 @@ PHASES = [
         Suite("molecule-driver", "kf-node-3", [scenario("driver")]),
         Suite("driver-faults", "kf-node-3", ["tests/driver"]),
         Suite("molecule-engine", "kf-node-3", [scenario("engine")]),
-        Suite("serve-bad-input", "kf-node-3", ["tests/serving"]),
+        Suite("serve-bad-input", "kf-node-3", ["tests/serving/test_serve_bad_input_sim.py"]),
     ],
 ]
 ALL = [s for phase in PHASES for s in phase]
@@ -155,6 +168,10 @@ def machine_problems():
             problems.append("no %s: apt-get install %s" % (tool, package))
     if not (ROOT / ".venv" / "bin" / "uv").exists():
         problems.append("no uv in .venv: make setup (requirements.txt pins it)")
+    if not (ROOT / ".cache" / "bench-venv" / "bin" / "aiperf").exists():
+        problems.append("no bench venv (aiperf): make bench-setup (requirements-bench.txt)")
+    if not (shutil.which("chromium") or shutil.which("chromium-browser")):
+        problems.append("no chromium (the bench report's page check): apt-get install chromium")
     sys.path.insert(0, str(ROOT))
     from kunlun_fleet.sim import base_image
     from kunlun_fleet.sim.config import SimError

@@ -46,7 +46,7 @@ def test_missing_api_key_is_refused_before_hosts(inventory, tmp_path):
     # The example inventory has no vault: the key check fails on the controller first.
     rc, out = run_playbook(inventory, "playbooks/gateway.yml", tmp_path, "-e", "vault_kunlun_api_key=")
     assert rc != 0, out
-    assert "The gateway has no API key" in out, out[-3000:]
+    assert "No API key for the fleet" in out and "the gateway (its workers check it) needs it" in out, out[-3000:]
     assert "kunlun-fleet api-key" in out
     assert "Install | " not in out
 
@@ -54,20 +54,25 @@ def test_missing_api_key_is_refused_before_hosts(inventory, tmp_path):
 def test_worker_urls_from_the_inventory(inventory, tmp_path):
     """Every xpu_servers host at http://<ansible_host>:<serving port>; the host name when
     it has no ansible_host."""
+    hosts = yaml.safe_load((inventory / "hosts.yml").read_text())
+    hosts["all"]["children"]["xpu_servers"]["hosts"]["p800-a04"] = None
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts, sort_keys=False))
+    assert router_worker_urls(inventory, tmp_path) == [
+        "http://10.20.1.11:8000", "http://10.20.1.12:8000", "http://10.20.1.13:8000", "http://p800-a04:8000"]
+
+
+def router_worker_urls(inventory, tmp_path, *extra):
+    """The worker list the gateway stage writes into the router's unit (gateway_worker_urls)."""
     play = tmp_path / "urls.yml"
     play.write_text(yaml.safe_dump([{
         "name": "urls", "hosts": "gw-01", "gather_facts": False,
         "tasks": [{"name": "urls", "ansible.builtin.include_role": {"name": "gateway", "tasks_from": "controller"},
                    "vars": {"gateway_install_from": "index", "vault_kunlun_api_key": "k" * 20}},
-                  {"name": "show", "ansible.builtin.debug": {"msg": "URLS={{ gateway_worker_urls | to_json }}"}}]}]))
-    hosts = yaml.safe_load((inventory / "hosts.yml").read_text())
-    hosts["all"]["children"]["xpu_servers"]["hosts"]["p800-a04"] = None
-    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts, sort_keys=False))
-    rc, out = run_playbook(inventory, str(play), tmp_path)
+                  # Comma-joined: no space, so the output callback never wraps the line.
+                  {"name": "show", "ansible.builtin.debug": {"msg": "URLS={{ gateway_worker_urls | join(',') }}"}}]}]))
+    rc, out = run_playbook(inventory, str(play), tmp_path, *extra)
     assert rc == 0, out[-3000:]
-    shown = " ".join(out.split("URLS=", 1)[1].split())
-    assert shown.startswith('["http://10.20.1.11:8000", "http://10.20.1.12:8000", "http://10.20.1.13:8000", '
-                            '"http://p800-a04:8000"]'), out[-3000:]
+    return out.split("URLS=", 1)[1].split("\n", 1)[0].strip().strip("'").split(",")
 
 
 def test_bundle_wheelhouse_holds_the_router_and_its_dependencies(tmp_path):
@@ -100,3 +105,97 @@ def test_bundle_wheelhouse_holds_the_router_and_its_dependencies(tmp_path):
         assert (venv / "bin/vllm-router").exists()
     # A second build changes nothing (cached download, same bytes).
     assert bundle.build(str(out), log=lambda *_: None)["changed"] is False
+
+
+class RecordingRouter:
+    """The router's admin API as the worker entry point uses it (list, remove, add, and the
+    per-worker in-flight gauge on /metrics), on 127.0.0.1, recording every change."""
+
+    def __init__(self, urls):
+        import http.server
+        import json
+        import threading
+        import urllib.parse
+
+        self.urls, self.calls = list(urls), []
+        router = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def reply(self, code, body, kind="application/json"):
+                data = body.encode()
+                self.send_response(code)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                if self.path == "/list_workers":
+                    self.reply(200, json.dumps({"urls": router.urls}))
+                elif self.path == "/metrics":
+                    self.reply(200, "".join('vllm_router_running_requests{worker="%s"} 0\n' % u for u in router.urls),
+                               "text/plain")
+                else:
+                    self.reply(404, "{}")
+
+            def do_POST(self):
+                parsed = urllib.parse.urlparse(self.path)
+                url = urllib.parse.parse_qs(parsed.query).get("url", [""])[0]
+                router.calls.append((parsed.path, url))
+                if parsed.path == "/remove_worker" and url in router.urls:
+                    router.urls.remove(url)
+                    self.reply(200, "{}")
+                elif parsed.path == "/add_worker" and url not in router.urls:
+                    router.urls.append(url)
+                    self.reply(200, "{}")
+                else:
+                    self.reply(400, "{}")
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_rollout_drains_the_worker_the_router_lists(inventory, tmp_path):
+    """A host whose ansible_host is a management name and whose serving address is set
+    apart (kunlun_stack_serving_address): the router lists it at the serving address, and
+    the rollout's drain (serve -> gateway worker entry point) removes exactly that URL and
+    puts it back. With the address worked out in two places, the drain asked the router to
+    remove a URL it never listed, and the host kept receiving requests while it restarted."""
+    hosts = yaml.safe_load((inventory / "hosts.yml").read_text())
+    hosts["all"]["children"]["xpu_servers"]["hosts"]["p800-a02"] = {"ansible_host": "p800-a02.mgmt.example"}
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts, sort_keys=False))
+    vars_file = inventory / "host_vars/p800-a02.yml"
+    host_vars = yaml.safe_load(vars_file.read_text()) if vars_file.exists() else {}
+    host_vars["kunlun_stack_serving_address"] = "10.30.1.12"
+    vars_file.write_text(yaml.safe_dump(host_vars))
+    local = ["-e", "ansible_connection=local", "-e", "ansible_python_interpreter=%s" % sys.executable]
+
+    listed = router_worker_urls(inventory, tmp_path, *local)
+    assert "http://10.30.1.12:8000" in listed, listed
+    assert not any("mgmt" in url for url in listed), listed
+
+    router = RecordingRouter(listed)
+    try:
+        drain = tmp_path / "drain.yml"
+        drain.write_text(yaml.safe_dump([{
+            "name": "drain", "hosts": "p800-a02", "gather_facts": False,
+            "vars": {"gateway_port": router.port, "gateway_metrics_port": router.port},
+            "tasks": [{"name": "out", "ansible.builtin.include_role": {"name": "serve", "tasks_from": "gateway_worker"},
+                       "vars": {"serve_gateway_worker_state": "absent"}},
+                      {"name": "back", "ansible.builtin.include_role": {"name": "serve", "tasks_from": "gateway_worker"},
+                       "vars": {"serve_gateway_worker_state": "present"}}]}]))
+        rc, out = run_playbook(inventory, str(drain), tmp_path, *local)
+    finally:
+        router.close()
+    assert rc == 0, out[-3000:]
+    assert router.calls == [("/remove_worker", "http://10.30.1.12:8000"), ("/add_worker", "http://10.30.1.12:8000")], \
+        (router.calls, out[-3000:])
+    assert sorted(router.urls) == sorted(listed)

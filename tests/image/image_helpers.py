@@ -51,7 +51,7 @@ class Site:
                    ANSIBLE_FORCE_COLOR="0", ANSIBLE_CACHE_PLUGIN_CONNECTION=str(self.tmp / "facts"),
                    ANSIBLE_TIMEOUT="3")
         proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(self.inventory), str(playbook),
-                               "-e", "image_bundle_sum_cache=%s" % (self.tmp / "sums.json"), *extra],
+                               "-e", "kunlun_stack_bundle_sum_cache=%s" % (self.tmp / "sums.json"), *extra],
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
         return proc.returncode, proc.stdout + proc.stderr
 

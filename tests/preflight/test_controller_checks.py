@@ -6,8 +6,12 @@ item and the fix.
 """
 
 import os
+import subprocess
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def assert_refused_before_hosts(rc, out, *needles):
@@ -90,6 +94,25 @@ def test_api_key_is_never_printed(inventory, run_preflight):
     key = vault.read_api_key(str(inventory.path), os.environ["ANSIBLE_VAULT_PASSWORD_FILE"])
     rc, out = run_preflight(inventory, "-vvv")
     assert key not in out, "the API key appears in preflight's -vvv output"
+
+
+def test_host_variable_secrets_are_never_printed(inventory, run_preflight, tmp_path):
+    """Preflight hands every host variable to inventory_check; at -vvv Ansible prints a
+    module's arguments. A become password (vaulted, as an operator keeps it) and a
+    registry password (plain) must appear nowhere, while the run still judges the
+    inventory (a misspelt variable is refused by name)."""
+    become = "Become-Secret-5f1c2e"
+    registry = "Registry-Secret-9a7b3d"
+    vaulted = subprocess.run(
+        [str(ROOT / ".venv/bin/ansible-vault"), "encrypt_string", "--name", "ansible_become_password", become],
+        capture_output=True, text=True, check=True).stdout
+    (inventory.path / "group_vars/all/become.yml").write_text("---\n" + vaulted)
+    inventory.update("host_vars/p800-a01.yml", image_registry_password=registry)
+    inventory.update("group_vars/all/stack.yml", kunlun_stack_devce_count=8)
+    rc, out = run_preflight(inventory, "-vvv")
+    assert_refused_before_hosts(rc, out, "unknown variable kunlun_stack_devce_count")
+    assert become not in out, "the become password appears in preflight's -vvv output"
+    assert registry not in out, "the registry password appears in preflight's -vvv output"
 
 
 def test_two_hosts_one_address(inventory, run_preflight):

@@ -28,7 +28,7 @@ def loop_disk(tmp_path):
 def point_disks(inventory, disks, **extra):
     for host in ("p800-a01", "p800-a02", "p800-a03"):
         inventory.save("host_vars/%s.yml" % host, {"storage_data_disks": disks, **extra})
-    inventory.update("group_vars/all/preflight.yml", preflight_min_data_gib=1)
+    inventory.update("group_vars/all/preflight.yml", storage_min_size_gib=1)
 
 
 def test_data_disk_that_does_not_exist(inventory, run_preflight):
@@ -77,7 +77,7 @@ def test_empty_disk_is_reported_empty(inventory, run_preflight, loop_disk):
     ({"preflight_supported_os": {"Ubuntu": ["22.04"]}}, "kunlun-fleet supports"),
     ({"preflight_min_python": "3.99"}, "the modules need 3.99 or newer"),
     ({"preflight_min_root_free_gib": 10000000}, "10000000 GiB are needed"),
-    ({"preflight_min_data_gib": 100000}, "at least 100000 GiB are needed. Fix: add disks"),
+    ({"storage_min_size_gib": 100000}, "at least 100000 GiB are needed; nothing was changed. Fix: add disks"),
 ])
 def test_host_limits(inventory, run_preflight, loop_disk, setting, needle):
     inventory.local_connection()

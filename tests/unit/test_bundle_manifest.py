@@ -37,7 +37,7 @@ def test_every_problem_is_named(tmp_path):
     problems = check_bundle(str(tmp_path), ["drivers/x.run", "images/base.tar", "extra.bin"])
     by_path = {p: s for p, s, _ in problems}
     assert set(by_path) == {"wheels/a.whl", "src/s.tgz", "images/base.tar", "extra.bin"}
-    assert by_path["wheels/a.whl"].startswith("sha256 ")
+    assert by_path["wheels/a.whl"].startswith("checksum mismatch: sha256 ")
     assert by_path["src/s.tgz"] == "listed in the manifest but missing"
     assert by_path["images/base.tar"] == "missing"
     assert by_path["extra.bin"] == "present but not in the manifest"
@@ -54,3 +54,17 @@ def test_cache_does_not_hide_a_changed_file(tmp_path):
 def test_missing_directory_and_manifest(tmp_path):
     assert "does not exist" in check_bundle(str(tmp_path / "nope"), [])[0][1]
     assert check_bundle(str(tmp_path), [])[0][0] == "MANIFEST.sha256"
+
+
+def test_only_required_verifies_the_stage_s_files_and_returns_their_sums(tmp_path):
+    """A stage that uses one artifact (the driver's installer) verifies that one and gets
+    its manifest sha256 back (the image role's tag), not the whole bundle."""
+    write_bundle(tmp_path, {"drivers/x.run": b"installer", "wheels/a.whl": b"wheel"})
+    (tmp_path / "wheels/a.whl").write_bytes(b"tampered")
+    sums = {}
+    assert check_bundle(str(tmp_path), ["drivers/x.run"], only_required=True, sums_out=sums) == []
+    assert sums == {"drivers/x.run": hashlib.sha256(b"installer").hexdigest()}
+    # The whole bundle still names the tampered wheel; a tampered required file fails either way.
+    assert [p for p, _, _ in check_bundle(str(tmp_path), ["drivers/x.run"])] == ["wheels/a.whl"]
+    (tmp_path / "drivers/x.run").write_bytes(b"installer, changed")
+    assert [p for p, _, _ in check_bundle(str(tmp_path), ["drivers/x.run"], only_required=True)] == ["drivers/x.run"]
