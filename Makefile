@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 N ?= 3
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: setup system-deps lint syntax test-fast test demo sim-up sim-down sim-status clean
+.PHONY: setup bench-setup system-deps lint syntax test-fast test demo sim-up sim-down sim-status clean
 
 # The pinned controller toolchain (requirements.txt) and the project's CLI.
 setup: $(BIN)/kunlun-fleet
@@ -15,6 +15,15 @@ $(BIN)/kunlun-fleet: requirements.txt pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements.txt
 	$(BIN)/pip install --quiet --no-deps -e .
+	touch $@
+
+# The bench's own venv (aiperf, matplotlib) from the pinned requirements-bench.txt, apart
+# from the Ansible toolchain (playbooks/bench.yml installs or checks the same).
+BENCH_VENV := .cache/bench-venv
+bench-setup: $(BENCH_VENV)/bin/aiperf
+$(BENCH_VENV)/bin/aiperf: requirements-bench.txt | $(BIN)/kunlun-fleet
+	test -x $(BENCH_VENV)/bin/python || $(BIN)/python -m venv $(BENCH_VENV)
+	$(BIN)/uv pip install --quiet --python $(BENCH_VENV)/bin/python -r requirements-bench.txt
 	touch $@
 
 # Debian packages the test suites use on this machine (root; apt).
@@ -37,7 +46,7 @@ test-fast: lint
 # Everything: lint, the fast tier and the suites that need root, loop devices and the sim
 # fleet, in lanes that run side by side (tests/suites.py: the suites, their lanes, and the
 # table of their cost at the end). An environment skip is an error here.
-test: system-deps setup
+test: system-deps setup bench-setup
 	$(BIN)/python tests/suites.py
 
 # The demo: three sim hosts, then site.yml against them.

@@ -4,6 +4,10 @@
   kunlun-fleet stage NAME -i INVENTORY [args]                playbooks/NAME.yml
   kunlun-fleet bundle-check DIR                              verify an offline bundle
   kunlun-fleet api-key -i INVENTORY [--show]                 make the fleet's API key once (ansible-vault)
+  kunlun-fleet bench -i INVENTORY [--concurrency 1,64,...] [--duration S | --requests N] [--check]
+                                                             playbooks/bench.yml: load sweep and report
+  kunlun-fleet plan [--concurrency N] [--output-tok-s T] [--ttft-p99 2s] [--results FILE]
+                                                             hosts needed, from the latest bench results
   kunlun-fleet sim-up N | sim-down | sim-status | sim-reset HOST | demo
 """
 
@@ -97,6 +101,71 @@ def cmd_api_key(ns):
     return 0
 
 
+def _int_list(text):
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError("a comma-separated list of integers, got %r" % text)
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("concurrency values must be 1 or more, got %r" % text)
+    return values
+
+
+def cmd_bench(ns, rest):
+    """playbooks/bench.yml on the inventory, with the sweep's settings as extra vars; then
+    the report's path."""
+    import json
+    import subprocess
+    import time
+
+    extra = {}
+    if ns.concurrency:
+        extra["bench_concurrency"] = ns.concurrency
+    if ns.host_concurrency:
+        extra["bench_host_concurrency"] = ns.host_concurrency
+    if ns.duration is not None:
+        extra["bench_duration"] = ns.duration
+        extra["bench_requests"] = 0
+    if ns.requests is not None:
+        extra["bench_requests"] = ns.requests
+    if ns.no_long:
+        extra["bench_long_enabled"] = False
+    cmd = [ansible_bin("ansible-playbook"), str(ROOT / "playbooks/bench.yml"), "-i", ns.inventory]
+    if extra:
+        cmd += ["-e", json.dumps(extra)]
+    if ns.check:
+        cmd.append("--check")
+    cmd += list(rest)
+    started = time.time()
+    rc = subprocess.call(cmd, cwd=str(ROOT), env=ansible_env(ns.inventory))
+    if ns.check:
+        print("check mode: the bench measured nothing and wrote no report")
+        return rc
+    runs = sorted(p for p in (ROOT / "reports").glob("bench-*") if p.stat().st_mtime >= started - 1)
+    if runs:
+        print("report: %s" % (runs[-1] / "report.html"))
+    return rc
+
+
+def cmd_plan(ns):
+    from kunlun_fleet.bench import plan, results
+
+    path = ns.results or results.latest(str(ROOT / "reports"))
+    if not path or not os.path.exists(path):
+        sys.exit("no bench results (reports/bench-*/results.json): run `kunlun-fleet bench -i INVENTORY` first")
+    res = results.load(path)
+    curve = plan.per_host_curve(res)
+    ttft = plan.parse_seconds(ns.ttft_p99) if ns.ttft_p99 else None
+    if not ns.concurrency and not ns.output_tok_s:
+        sys.exit("give --concurrency N and/or --output-tok-s T (and optionally --ttft-p99 2s)")
+    answer = plan.hosts_needed(curve, concurrency=ns.concurrency, output_tok_s=ns.output_tok_s, ttft_p99_s=ttft)
+    print("from %s (%s host(s) measured directly)" % (path, len((res.get("meta") or {}).get("hosts") or [])))
+    print(plan.describe(answer))
+    print("assumption: " + plan.ASSUMPTION)
+    print("per-host curve: " + ", ".join("%d concurrent: %.0f tok/s, TTFT p99 %.2f s" % r for r in curve))
+    return 0 if answer.get("hosts") else 1
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="kunlun-fleet", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -116,6 +185,22 @@ def build_parser():
     p.add_argument("--vault-password-file", help="default: INVENTORY/.vault-password (made when missing)")
     p.add_argument("--show", action="store_true", help="print the key (for a client); nothing else does")
     p.set_defaults(func=cmd_api_key)
+    p = sub.add_parser("bench", help="the load sweep, counters and report (playbooks/bench.yml; loads the fleet)")
+    p.add_argument("-i", "--inventory", required=True, help="the inventory directory")
+    p.add_argument("--concurrency", type=_int_list, help="sweep through the fleet endpoint, e.g. 1,64,256,1024,2048")
+    p.add_argument("--host-concurrency", type=_int_list, help="sweep per host (default: --concurrency)")
+    when = p.add_mutually_exclusive_group()
+    when.add_argument("--duration", type=float, help="seconds of requests per sweep point")
+    when.add_argument("--requests", type=int, help="requests per sweep point")
+    p.add_argument("--no-long", action="store_true", help="skip the long-context point")
+    p.add_argument("--check", action="store_true", help="check mode: measures nothing, says so")
+    p.set_defaults(func=cmd_bench)
+    p = sub.add_parser("plan", help="hosts needed for a load, from the latest bench results")
+    p.add_argument("--concurrency", type=int, help="concurrent requests to serve")
+    p.add_argument("--output-tok-s", type=float, help="output tokens per second to serve")
+    p.add_argument("--ttft-p99", help="TTFT p99 limit, e.g. 2s or 500ms")
+    p.add_argument("--results", help="a results.json (default: the latest reports/bench-*/results.json)")
+    p.set_defaults(func=cmd_plan)
     try:  # the sim tooling is optional for operators of real fleets
         from kunlun_fleet.sim import bundle as sim_bundle, cli as sim_cli
     except ImportError:
@@ -129,7 +214,7 @@ def build_parser():
 def main(argv=None):
     parser = build_parser()
     ns, rest = parser.parse_known_args(argv)
-    if rest and ns.command not in ("deploy", "stage"):
+    if rest and ns.command not in ("deploy", "stage", "bench"):
         parser.error("unrecognized arguments: %s" % " ".join(rest))
     return ns.func(ns, rest) if _takes_rest(ns.func) else ns.func(ns)
 

@@ -1,7 +1,9 @@
 """Small stand-in for the Qwen3.8-27B W8A8 INT8 model directory.
 
-Real config.json (the fields the stack reads), a valid word-level tokenizer.json, a
-tokenizer_config.json with a ChatML template, and two tiny safetensors shards with valid
+Real config.json (the fields the stack reads), a real byte-level BPE tokenizer.json (the
+pipeline of Qwen's tokenizers, over a small vocabulary: transformers' AutoTokenizer loads
+it as the model type's tokenizer, so a benchmark client counts tokens as the server does),
+a tokenizer_config.json with a ChatML template, and two tiny safetensors shards with valid
 headers and an index. Deterministic: same bytes on every build.
 """
 import hashlib
@@ -16,6 +18,11 @@ _spec = importlib.util.spec_from_file_location("_kunlun_pacing", _PACING)
 _mod = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_mod)
 WORDS = _mod.WORDS
+# Byte-level BPE (vllm_src/vllm/engine/bpe.py: the trainer here, the server's counter there).
+_BPE = os.path.join(os.path.dirname(__file__), "vllm_src", "vllm", "engine", "bpe.py")
+_bpe_spec = importlib.util.spec_from_file_location("_kunlun_bpe", _BPE)
+_bpe = importlib.util.module_from_spec(_bpe_spec)
+_bpe_spec.loader.exec_module(_bpe)
 
 NUM_LAYERS = 64
 FULL_ATTENTION_INTERVAL = 4  # every 4th layer full attention: 48 linear + 16 full
@@ -26,7 +33,6 @@ EXTRA_WORDS = ("a an and are as at be by can do for from has have how i in is it
                "not of on or so that this to was we what when where which who why will with "
                "you your hello hi please say tell write explain list one two three yes "
                "question answer story poem code python user assistant system tool").split()
-PUNCT = [".", ",", "?", "!", ":", ";", "'", "\"", "(", ")", "-", "/", "\n"]
 
 
 def config(pins: dict) -> dict:
@@ -87,20 +93,12 @@ def config(pins: dict) -> dict:
 
 
 def tokenizer_json() -> dict:
-    vocab = {}
-    for tok in ["<unk>"] + sorted(set(WORDS) | set(EXTRA_WORDS)) + PUNCT:
-        vocab.setdefault(tok, len(vocab))
-    added = []
-    for tok in SPECIAL_TOKENS:
-        vocab[tok] = len(vocab)
-        added.append({"id": vocab[tok], "content": tok, "single_word": False, "lstrip": False,
-                      "rstrip": False, "normalized": False, "special": True})
-    return {
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
-        "normalizer": None, "pre_tokenizer": {"type": "Whitespace"},
-        "post_processor": None, "decoder": None,
-        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"},
-    }
+    """Byte-level BPE whose merges make every word the stand-in server says one token
+    (with and without its leading space, lower case and capitalized); any other text is
+    still encodable, byte by byte, as with a real Qwen tokenizer."""
+    words = sorted(set(WORDS) | set(EXTRA_WORDS))
+    forms = [f for w in words for f in (w, " " + w, w.capitalize(), " " + w.capitalize())]
+    return _bpe.tokenizer_json(forms, SPECIAL_TOKENS)
 
 
 CHAT_TEMPLATE = (
@@ -113,12 +111,12 @@ CHAT_TEMPLATE = (
 
 def tokenizer_config() -> dict:
     return {
-        "tokenizer_class": "PreTrainedTokenizerFast",
+        "tokenizer_class": "Qwen2Tokenizer",
         "model_max_length": 262144,
         "bos_token": None,
         "eos_token": "<|im_end|>",
         "pad_token": "<|endoftext|>",
-        "unk_token": "<unk>",
+        "unk_token": None,
         "add_bos_token": False,
         "clean_up_tokenization_spaces": False,
         "chat_template": CHAT_TEMPLATE,

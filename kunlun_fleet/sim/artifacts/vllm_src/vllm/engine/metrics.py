@@ -87,13 +87,18 @@ class Metrics:
     def observe_itl(self, seconds):
         self.h["itl"].observe(seconds)
 
+    def new_token(self, seq):
+        """vLLM v1 counts tokens per engine step (IterationStats): every generated token,
+        and a prompt's tokens when its first token comes; an aborted request's tokens count."""
+        self.generation_tokens += 1
+        if seq.generated == 1:
+            self.prompt_tokens += seq.prompt_tokens
+
     def finished(self, seq, reason):
         if reason == "abort":
             self.success["abort"] += 0  # aborted requests are not successes
             return
         self.success[reason] = self.success.get(reason, 0) + 1
-        self.prompt_tokens += seq.prompt_tokens
-        self.generation_tokens += seq.generated
         self.h["req_prompt"].observe(seq.prompt_tokens)
         self.h["req_gen"].observe(seq.generated)
         end = seq.finished

@@ -244,13 +244,15 @@ def read_safetensors(model_dir: str) -> list:
 
 
 class Tokenizer:
-    """Counts tokens with the model's tokenizer.json when it is a word-level vocabulary."""
+    """Counts tokens with the model's tokenizer.json: a byte-level BPE exactly as the
+    `tokenizers` library does (vllm.engine.bpe), a word-level vocabulary by its words."""
 
     SPECIAL = re.compile(r"<\|[a-z_]+\|>")
 
     def __init__(self, model_dir: str):
         self.word_level = False
         self.vocab = {}
+        self.bpe = None
         path = os.path.join(model_dir, "tokenizer.json")
         try:
             with open(path, encoding="utf-8") as fh:
@@ -259,10 +261,15 @@ class Tokenizer:
             if model.get("type") == "WordLevel":
                 self.word_level = True
                 self.vocab = model.get("vocab") or {}
-        except (OSError, ValueError):
+            elif model.get("type") == "BPE":
+                from vllm.engine.bpe import Encoder
+                self.bpe = Encoder(data)
+        except (OSError, ValueError, KeyError):
             pass
 
     def count(self, text: str) -> int:
+        if self.bpe is not None:
+            return self.bpe.count(text)
         specials = len(self.SPECIAL.findall(text))
         text = self.SPECIAL.sub(" ", text)
         if self.word_level:

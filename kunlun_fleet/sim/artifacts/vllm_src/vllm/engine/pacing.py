@@ -198,6 +198,7 @@ class Engine:
                     continue
                 text = seq.next_word()
                 seq.generated += 1
+                self.metrics.new_token(seq)
                 if seq.first_token is None:
                     seq.first_token = now
                 else:

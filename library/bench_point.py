@@ -1,0 +1,351 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kunlun-fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: bench_point
+short_description: One load point against an OpenAI-compatible endpoint with aiperf, read against the servers' own counters
+description:
+  - Runs the load generator aiperf once (I(aiperf), from the bench's own venv) against I(url) - streamed
+    C(/v1/completions), I(concurrency) requests in flight, synthetic prompts of I(isl) tokens made with the
+    model's tokenizer (I(tokenizer), a local directory, read offline) and I(osl) output tokens each
+    (C(ignore_eos)), for I(requests) requests or I(duration) seconds.
+  - Before and after the point it reads every server's own counters (C(vllm:generation_tokens_total),
+    C(vllm:request_success_total), C(vllm:prompt_tokens_total)) from each I(metrics) URL, and compares the
+    output tokens the client counted with the servers' count. A point where they differ by more than
+    I(tolerance_pct) percent, or where a server's counters could not be read, is returned with C(valid) false
+    and the reason; it is never dropped.
+  - Returns the figures with vllm bench serve's definitions (TTFT, TPOT = (latency - TTFT) / (tokens - 1),
+    ITL, output tok/s over the benchmark duration), the failed requests and their errors, and the load
+    generator's own CPU and the machine's, flagged C(client_bound) when the client machine was saturated.
+  - Requests that fail (a host down, errors, timeouts) are counted, not fatal; the point always ends within
+    I(timeout) plus the duration and a margin (aiperf runs under C(timeout)), so nothing hangs.
+  - Raises the open-files soft limit to the hard limit for the load generator when I(concurrency) needs it;
+    fails before any load when even the hard limit is too low, with the fix.
+  - The API key reaches aiperf through its environment (never a command line or a file); aiperf redacts it in
+    its exports. Runs on the controller (C(delegate_to localhost)). Standard library only.
+options:
+  aiperf:
+    description: The C(aiperf) executable (in the bench venv).
+    type: path
+    required: true
+  url:
+    description: Base URL of the endpoint, without C(/v1) (the gateway, or one host's server).
+    type: str
+    required: true
+  model:
+    description: The served model name.
+    type: str
+    required: true
+  tokenizer:
+    description: Directory with the model's tokenizer files (C(tokenizer.json), C(tokenizer_config.json), C(config.json)).
+    type: path
+    required: true
+  api_key:
+    description: The fleet's API key. Omit for a server without one.
+    type: str
+  concurrency:
+    description: Requests kept in flight.
+    type: int
+    required: true
+  requests:
+    description: Requests to send. 0 - run for I(duration) seconds instead.
+    type: int
+    default: 0
+  duration:
+    description: Seconds to send requests for (when I(requests) is 0); every request sent in that time is waited for.
+    type: float
+    default: 60
+  isl:
+    description: Prompt tokens per request.
+    type: int
+    default: 512
+  osl:
+    description: Output tokens per request.
+    type: int
+    default: 512
+  timeout:
+    description: Seconds one request may take before it counts as failed.
+    type: float
+    default: 600
+  workers:
+    description: aiperf worker processes (at most I(concurrency)). Keep it at or below the controller's cores.
+    type: int
+    default: 2
+  metrics:
+    description: The servers whose counters are read before and after, each C(host) and C(url) (its C(/metrics)).
+    type: list
+    elements: dict
+    default: []
+  metrics_timeout:
+    description: Seconds to read one server's counters.
+    type: float
+    default: 10
+  tolerance_pct:
+    description: Largest difference between the client's and the servers' output token counts of a valid point.
+    type: float
+    default: 3.0
+  fd_headroom:
+    description: Open files the load generator needs besides one per concurrent stream.
+    type: int
+    default: 1024
+  artifact_dir:
+    description: Where aiperf writes this point's exports (made when missing).
+    type: path
+    required: true
+  label:
+    description: The point's name in the results.
+    type: str
+    default: point
+  extra:
+    description: Fields returned with the figures as they are (kind, target, ...).
+    type: dict
+    default: {}
+notes:
+  - Check mode - measures nothing, reads nothing, and says so.
+author:
+  - kunlun-fleet contributors
+"""
+
+EXAMPLES = r"""
+- name: 256 concurrent streams through the gateway for 60 s
+  bench_point:
+    aiperf: "{{ bench_venv }}/bin/aiperf"
+    url: http://10.0.0.5:8080
+    model: Qwen3.8-27B-INT8-W8A8-Dynamic
+    tokenizer: /srv/bundle/models/Qwen3.8-27B-W8A8-INT8-Dynamic
+    api_key: "{{ vault_kunlun_api_key }}"
+    concurrency: 256
+    duration: 60
+    metrics:
+      - {host: p800-a01, url: "http://10.0.0.11:8000/metrics"}
+      - {host: p800-a02, url: "http://10.0.0.12:8000/metrics"}
+    artifact_dir: reports/bench-20260101T000000Z/points/fleet-c256
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+label:
+  description: The point's name.
+  returned: always
+  type: str
+measured:
+  description: False in check mode (nothing was measured).
+  returned: always
+  type: bool
+client:
+  description: >-
+    The client's figures - requests, completed, failed, errors (message to count), duration_s, output_tokens
+    (counted by the client's tokenizer), usage_output_tokens (the servers' usage fields), output_tok_s,
+    requests_per_s, decode_tok_s, and ttft_ms / tpot_ms / itl_ms / latency_ms each with mean, p50, p90, p99.
+  returned: success
+  type: dict
+servers:
+  description: Per server - the counter deltas over the point (generation_tokens, prompt_tokens, completed) or the error reading them.
+  returned: success
+  type: dict
+server_output_tokens:
+  description: The servers' generation tokens over the point, summed; null when any server could not be read.
+  returned: success
+  type: int
+valid:
+  description: The client's and the servers' output tokens agree within tolerance_pct.
+  returned: success
+  type: bool
+diff_pct:
+  description: (client - servers) / servers output tokens, in percent.
+  returned: success
+  type: float
+validity:
+  description: Why the point is valid or not.
+  returned: success
+  type: str
+load_generator:
+  description: cpu_s, wall_s, cores_used, cpu_count, machine_busy_pct, client_bound and a note.
+  returned: success
+  type: dict
+aiperf_rc:
+  description: aiperf's exit status (non-zero when every request failed, or when it was stopped at the timeout).
+  returned: success
+  type: int
+aiperf_tail:
+  description: The last lines aiperf printed when it exited non-zero.
+  returned: success
+  type: list
+  elements: str
+settings:
+  description: The point's settings (url, concurrency, requests, duration, isl, osl, workers).
+  returned: always
+  type: dict
+"""
+
+import json
+import os
+import resource
+import shutil
+import tempfile
+import time
+
+import urllib.request as urllib_request
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.bench_results import (API_KEY_ENV, agreement, aiperf_config, client_load,
+                                                counter_delta, counters, cpu_times, fd_plan, read_records,
+                                                summarize)
+
+# aiperf's start-up (services, tokenizer, prompts) and shutdown, beyond the point itself.
+STARTUP_MARGIN_S = 180
+
+
+def read_counters(url, timeout):
+    opener = urllib_request.build_opener(urllib_request.ProxyHandler({}))
+    with opener.open(url, timeout=timeout) as resp:
+        return counters(resp.read().decode("utf-8", "replace"))
+
+
+def snapshot(targets, timeout):
+    out = {}
+    for t in targets:
+        try:
+            out[t["host"]] = read_counters(t["url"], timeout)
+        except Exception as exc:  # unreachable, refused, bad answer: recorded per host
+            out[t["host"]] = {"error": "%s: %s" % (type(exc).__name__, exc)}
+    return out
+
+
+def raise_fd_limit(module, concurrency, headroom):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed, action, message = fd_plan(concurrency, headroom, soft, hard)
+    if action == "refuse":
+        module.fail_json(msg=message, fd_soft=soft, fd_hard=hard, fd_needed=needed)
+    if action == "raise":
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed if hard == resource.RLIM_INFINITY else hard, hard))
+    return {"soft": soft, "hard": hard, "needed": needed, "action": action, "message": message}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            aiperf=dict(type="path", required=True),
+            url=dict(type="str", required=True),
+            model=dict(type="str", required=True),
+            tokenizer=dict(type="path", required=True),
+            api_key=dict(type="str", no_log=True),
+            concurrency=dict(type="int", required=True),
+            requests=dict(type="int", default=0),
+            duration=dict(type="float", default=60.0),
+            isl=dict(type="int", default=512),
+            osl=dict(type="int", default=512),
+            timeout=dict(type="float", default=600.0),
+            workers=dict(type="int", default=2),
+            metrics=dict(type="list", elements="dict", default=[]),
+            metrics_timeout=dict(type="float", default=10.0),
+            tolerance_pct=dict(type="float", default=3.0),
+            fd_headroom=dict(type="int", default=1024),
+            artifact_dir=dict(type="path", required=True),
+            label=dict(type="str", default="point"),
+            extra=dict(type="dict", default={}),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    settings = {"url": p["url"], "concurrency": p["concurrency"], "requests": p["requests"],
+                "duration_s": p["duration"] if not p["requests"] else None, "isl": p["isl"], "osl": p["osl"],
+                "workers": max(1, min(p["workers"], p["concurrency"])), "timeout_s": p["timeout"]}
+    result = dict(changed=False, label=p["label"], settings=settings, measured=False)
+    result.update(p["extra"])
+    if module.check_mode:
+        module.exit_json(msg="check mode: bench point %s measures nothing (no load, no counters read)" % p["label"],
+                         **result)
+    if p["concurrency"] < 1:
+        module.fail_json(msg="concurrency must be at least 1, got %d" % p["concurrency"], **result)
+    if p["requests"] < 0 or (not p["requests"] and p["duration"] <= 0):
+        module.fail_json(msg="give requests > 0, or duration > 0 seconds", **result)
+    if not os.access(p["aiperf"], os.X_OK):
+        module.fail_json(msg="no aiperf at %s. Fix: make bench-setup (or run the bench role with "
+                             "bench_install_venv: true), which installs requirements-bench.txt" % p["aiperf"], **result)
+    if not os.path.isfile(os.path.join(p["tokenizer"], "tokenizer.json")):
+        module.fail_json(msg="no tokenizer.json in %s: the load generator needs the model's tokenizer on the "
+                             "controller. Fix: set bench_tokenizer to a directory with the model's tokenizer "
+                             "files" % p["tokenizer"], **result)
+    timeout_bin = module.get_bin_path("timeout", required=True)
+    limits = raise_fd_limit(module, p["concurrency"], p["fd_headroom"])
+
+    art = os.path.abspath(p["artifact_dir"])
+    if not os.path.isdir(art):
+        os.makedirs(art)
+    cfg = aiperf_config(p["url"].rstrip("/"), p["model"], p["tokenizer"], p["concurrency"], p["isl"], p["osl"],
+                        art, requests=p["requests"], duration=p["duration"], grace=p["timeout"],
+                        timeout=p["timeout"], workers=p["workers"], api_key=bool(p["api_key"]))
+    cfg_path = os.path.join(art, "aiperf-config.yaml")
+    with open(cfg_path, "w") as fh:
+        json.dump(cfg, fh, indent=1)
+    # Every request sent is waited for (grace = the request timeout): the client then
+    # counts every token the servers count.
+    budget = (p["duration"] if not p["requests"] else 0) + 2 * p["timeout"] + STARTUP_MARGIN_S
+    scratch = tempfile.mkdtemp(prefix="kf-aiperf-")
+    env = {"HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "NO_COLOR": "1",
+           "TERM": "dumb", "COLUMNS": "160", "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
+           # aiperf leaves its shared-memory directories in the temporary directory: a short
+           # one of its own (its IPC socket paths must stay short), removed after the point.
+           "TMPDIR": scratch, "AIPERF_DATASET_MMAP_BASE_PATH": scratch}
+    if p["api_key"]:
+        env[API_KEY_ENV] = p["api_key"]
+
+    before = snapshot(p["metrics"], p["metrics_timeout"])
+    machine0, usage0, t0 = cpu_times(), resource.getrusage(resource.RUSAGE_CHILDREN), time.time()
+    try:
+        rc, out, err = module.run_command([timeout_bin, "--kill-after=30", str(int(budget)), p["aiperf"], "profile",
+                                           "--config", cfg_path], environ_update=env, cwd=art)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    wall = time.time() - t0
+    usage1, machine1 = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_times()
+    after = snapshot(p["metrics"], p["metrics_timeout"])
+    with open(os.path.join(art, "aiperf-console.txt"), "w") as fh:
+        fh.write(out)
+        fh.write(err)
+
+    client = summarize(read_records(os.path.join(art, "profile_export.jsonl")))
+    servers, total, unreadable = {}, 0, []
+    for t in p["metrics"]:
+        b, a = before.get(t["host"], {}), after.get(t["host"], {})
+        if "error" in b or "error" in a:
+            servers[t["host"]] = {"error": a.get("error") or b.get("error")}
+            unreadable.append(t["host"])
+            continue
+        delta = counter_delta(b, a)
+        servers[t["host"]] = delta
+        if delta["generation_tokens"] is None:
+            unreadable.append(t["host"])
+        else:
+            total += delta["generation_tokens"]
+    server_tokens = None if unreadable or not p["metrics"] else total
+    valid, diff, why = agreement(client["output_tokens"], server_tokens, p["tolerance_pct"])
+    if unreadable:
+        why = "the counters of %s could not be read before and after the point (%s)" % (
+            ", ".join(unreadable), "; ".join("%s: %s" % (h, servers[h].get("error", "counter reset"))
+                                            for h in unreadable))
+    cpu = (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime)
+    load = client_load(cpu, wall, os.cpu_count() or 1, machine0, machine1)
+    tail = []
+    if rc != 0:
+        tail = [line for line in (out + "\n" + err).splitlines() if line.strip()][-15:]
+        if rc in (124, 137):
+            tail.append("aiperf was stopped after %d s (the point's time budget)" % int(budget))
+    result.update(measured=True, client=client, servers=servers, server_output_tokens=server_tokens,
+                  valid=valid, diff_pct=None if diff is None else round(diff, 3), validity=why,
+                  load_generator=load, aiperf_rc=rc, aiperf_tail=tail, fd_limit=limits,
+                  artifact_dir=art)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

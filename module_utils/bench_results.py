@@ -1,0 +1,306 @@
+# -*- coding: utf-8 -*-
+# Copyright: kunlun-fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The bench's figures: aiperf's per-request export read into vllm bench serve's metrics,
+the servers' own Prometheus counters, and whether the two agree.
+
+Metric definitions are vllm bench serve's (benchmarks/serve.py):
+  TTFT  time from sending the request to the first token, per request;
+  TPOT  (latency - TTFT) / (output tokens - 1), per request with more than one token;
+  ITL   every gap between two streamed chunks, pooled over the requests;
+  output tok/s  output tokens of the completed requests / benchmark duration (first
+        request sent to last response ended); req/s likewise.
+Percentiles interpolate linearly between ranks (numpy.percentile's default).
+aiperf names them differently: its `inter_token_latency` is vllm's TPOT, its
+`inter_chunk_latency` is vllm's ITL; the figures here are computed from the per-request
+records (profile_export.jsonl), not taken from aiperf's summary.
+
+Standard library only; pure functions apart from reading files and /proc.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+import json
+import math
+import os
+
+__metaclass__ = type
+
+PERCENTILES = (50, 90, 99)
+# The servers' counters read before and after every point.
+GENERATION_TOKENS = "vllm:generation_tokens_total"
+PROMPT_TOKENS = "vllm:prompt_tokens_total"
+REQUEST_SUCCESS = "vllm:request_success_total"
+# Finished reasons of vllm:request_success_total that are completed requests.
+COMPLETED_REASONS = ("stop", "length")
+
+
+def percentile(values, q):
+    """numpy.percentile(values, q) with linear interpolation; None for no values."""
+    data = sorted(v for v in values if v is not None)
+    if not data:
+        return None
+    if len(data) == 1:
+        return float(data[0])
+    rank = (len(data) - 1) * (q / 100.0)
+    low = int(math.floor(rank))
+    high = min(low + 1, len(data) - 1)
+    return float(data[low] + (data[high] - data[low]) * (rank - low))
+
+
+def distribution(values):
+    """mean and the percentiles of PERCENTILES, keyed mean/p50/p90/p99 (None when empty)."""
+    data = [v for v in values if v is not None]
+    out = {"mean": (sum(data) / len(data)) if data else None}
+    for q in PERCENTILES:
+        out["p%d" % q] = percentile(data, q)
+    return out
+
+
+def _metric(record, name):
+    value = (record.get("metrics") or {}).get(name)
+    if isinstance(value, dict):
+        return value.get("value")
+    return value
+
+
+def read_records(path):
+    """aiperf's profile_export.jsonl: one dict per request, in vllm bench serve's terms.
+    Keys: ok, start_ns, end_ns, ttft_ms, latency_ms, output_tokens (client-counted,
+    aiperf's tokenizer on the text received), usage_tokens (the server's usage field),
+    input_tokens, itl_ms (list), error (None or "code type: message")."""
+    records = []
+    if not os.path.exists(path):
+        return records
+    with open(path) as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                raw = json.loads(line)
+            except ValueError:
+                continue
+            meta = raw.get("metadata") or {}
+            if meta.get("benchmark_phase", "profiling") != "profiling":
+                continue
+            err = raw.get("error")
+            error = None
+            if err:
+                error = "%s %s: %s" % (err.get("code", ""), err.get("type", ""), str(err.get("message", ""))[:200])
+                error = error.strip()
+            itl = _metric(raw, "inter_chunk_latency")
+            records.append({
+                "ok": not err and not meta.get("was_cancelled"),
+                "cancelled": bool(meta.get("was_cancelled")),
+                "start_ns": meta.get("request_start_ns"),
+                "end_ns": meta.get("request_end_ns"),
+                "ttft_ms": _metric(raw, "time_to_first_token"),
+                "latency_ms": _metric(raw, "request_latency"),
+                "output_tokens": _metric(raw, "output_sequence_length"),
+                "usage_tokens": _metric(raw, "usage_completion_tokens"),
+                "input_tokens": _metric(raw, "input_sequence_length") or _metric(raw, "error_isl"),
+                "itl_ms": itl if isinstance(itl, list) else [],
+                "error": error or ("cancelled" if meta.get("was_cancelled") else None),
+            })
+    return records
+
+
+def summarize(records):
+    """The point's client-side figures from read_records' list."""
+    ok = [r for r in records if r["ok"]]
+    failed = [r for r in records if not r["ok"]]
+    starts = [r["start_ns"] for r in records if r["start_ns"]]
+    ends = [r["end_ns"] for r in records if r["end_ns"]]
+    duration = (max(ends) - min(starts)) / 1e9 if starts and ends and max(ends) > min(starts) else 0.0
+    out_tokens = sum(int(r["output_tokens"] or 0) for r in ok)
+    usage = [r["usage_tokens"] for r in ok if r["usage_tokens"] is not None]
+    tpot = []
+    for r in ok:
+        n = r["output_tokens"] or 0
+        if n > 1 and r["latency_ms"] is not None and r["ttft_ms"] is not None:
+            tpot.append((r["latency_ms"] - r["ttft_ms"]) / (n - 1))
+    itl = [gap for r in ok for gap in r["itl_ms"]]
+    errors = {}
+    for r in failed:
+        errors[r["error"] or "unknown"] = errors.get(r["error"] or "unknown", 0) + 1
+    tpot_d = distribution(tpot)
+    return {
+        "requests": len(records),
+        "completed": len(ok),
+        "failed": len(failed),
+        "errors": errors,
+        "duration_s": round(duration, 3),
+        "output_tokens": out_tokens,
+        "usage_output_tokens": int(sum(usage)) if usage else None,
+        "input_tokens": sum(int(r["input_tokens"] or 0) for r in ok),
+        "output_tok_s": (out_tokens / duration) if duration else 0.0,
+        "requests_per_s": (len(ok) / duration) if duration else 0.0,
+        "ttft_ms": distribution([r["ttft_ms"] for r in ok]),
+        "tpot_ms": tpot_d,
+        "itl_ms": distribution(itl),
+        "latency_ms": distribution([r["latency_ms"] for r in ok]),
+        # One stream's decode rate: the inverse of its mean time per output token.
+        "decode_tok_s": (1000.0 / tpot_d["mean"]) if tpot_d["mean"] else None,
+    }
+
+
+# ---------------------------------------------------------------- the servers' counters
+def parse_prometheus(text):
+    """{metric name: {labels string: value}} of a Prometheus text exposition."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        try:
+            head, value = line.rsplit(" ", 1)
+            value = float(value)
+        except ValueError:
+            continue
+        if "{" in head:
+            name, labels = head.split("{", 1)
+            labels = labels.rstrip("}")
+        else:
+            name, labels = head, ""
+        out.setdefault(name, {})[labels] = value
+    return out
+
+
+def _label(labels, key):
+    for part in labels.split(","):
+        k, _, v = part.partition("=")
+        if k.strip() == key:
+            return v.strip().strip('"')
+    return None
+
+
+def counters(text):
+    """The counters the bench compares: generation and prompt tokens, completed requests
+    (request_success with a stop/length reason) and every finished reason's count."""
+    m = parse_prometheus(text)
+    reasons = {}
+    for labels, value in m.get(REQUEST_SUCCESS, {}).items():
+        reason = _label(labels, "finished_reason") or ""
+        reasons[reason] = reasons.get(reason, 0.0) + value
+    return {
+        "generation_tokens": sum(m.get(GENERATION_TOKENS, {}).values()) if GENERATION_TOKENS in m else None,
+        "prompt_tokens": sum(m.get(PROMPT_TOKENS, {}).values()) if PROMPT_TOKENS in m else None,
+        "completed": sum(v for r, v in reasons.items() if r in COMPLETED_REASONS) if reasons else None,
+        "finished": reasons,
+    }
+
+
+def counter_delta(before, after):
+    """after - before of counters(); None where either side is missing. A counter that
+    went down means the server restarted during the point: its delta is unknown."""
+    out = {"restarted": False}
+    for key in ("generation_tokens", "prompt_tokens", "completed"):
+        a, b = after.get(key), before.get(key)
+        if a is None or b is None:
+            out[key] = None
+        elif a < b:
+            out[key] = None
+            out["restarted"] = True
+        else:
+            out[key] = int(round(a - b))
+    return out
+
+
+def agreement(client_tokens, server_tokens, tolerance_pct):
+    """(valid, diff_pct, reason): the client's output tokens against the servers' count."""
+    if server_tokens is None:
+        return False, None, "the servers' counters could not be read before and after the point"
+    if server_tokens == 0 and client_tokens == 0:
+        return True, 0.0, "no tokens on either side"
+    base = float(max(server_tokens, 1))
+    diff = 100.0 * (client_tokens - server_tokens) / base
+    if abs(diff) > tolerance_pct:
+        return False, diff, ("client counted %d output tokens, the servers %d (%+.1f%%, more than %.1f%%)"
+                             % (client_tokens, server_tokens, diff, tolerance_pct))
+    return True, diff, "within %.1f%%" % tolerance_pct
+
+
+# ---------------------------------------------------------------- the load generator's machine
+def fd_plan(concurrency, headroom, soft, hard):
+    """What the open-files limit needs for `concurrency` streams: (needed, action, message);
+    action is "ok", "raise" (soft below, hard enough: raised for the load generator) or
+    "refuse" (even the hard limit is too low)."""
+    needed = int(concurrency) + int(headroom)
+    unlimited = hard < 0  # RLIM_INFINITY
+    if soft < 0 or soft >= needed:
+        return needed, "ok", "open files: soft limit %s covers %d" % ("unlimited" if soft < 0 else soft, needed)
+    if unlimited or hard >= needed:
+        return needed, "raise", ("open files: soft limit %d is below the %d that %d concurrent streams need; "
+                                 "raised to %d (the hard limit) for the load generator"
+                                 % (soft, needed, concurrency, needed if unlimited else hard))
+    return needed, "refuse", (
+        "open files: %d concurrent streams need about %d descriptors on the controller, above its hard "
+        "limit %d (soft %d). Fix: raise the hard limit for the user running the bench, for example "
+        "`nofile %d` in /etc/security/limits.conf (new login), `ulimit -Hn %d` as root in the shell "
+        "that runs it, or LimitNOFILE=%d for a service; or bench fewer concurrent streams"
+        % (concurrency, needed, hard, soft, needed, needed, needed))
+
+
+def cpu_times():
+    """(busy, total) jiffies of the whole machine from /proc/stat; None where unreadable."""
+    try:
+        with open("/proc/stat") as fh:
+            fields = fh.readline().split()[1:]
+    except (IOError, OSError):
+        return None
+    values = [int(x) for x in fields]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)
+    return sum(values) - idle, sum(values)
+
+
+def client_load(child_cpu_s, wall_s, ncpu, machine_before, machine_after, limit=0.85):
+    """The load generator's own CPU and the machine's, and whether either was the limit."""
+    cores = (child_cpu_s / wall_s) if wall_s > 0 else 0.0
+    machine_pct = None
+    if machine_before and machine_after and machine_after[1] > machine_before[1]:
+        machine_pct = 100.0 * (machine_after[0] - machine_before[0]) / (machine_after[1] - machine_before[1])
+    bound = cores >= limit * ncpu or (machine_pct is not None and machine_pct >= 100.0 * limit)
+    note = ("the load generator used %.2f of %d cores (%.0f%%), the machine was %s busy"
+            % (cores, ncpu, 100.0 * cores / max(ncpu, 1), "?" if machine_pct is None else "%.0f%%" % machine_pct))
+    if bound:
+        note += ": the client machine was saturated, so this point may measure the client, not the fleet"
+    return {"cpu_s": round(child_cpu_s, 2), "wall_s": round(wall_s, 2), "cores_used": round(cores, 2),
+            "cpu_count": ncpu, "machine_busy_pct": None if machine_pct is None else round(machine_pct, 1),
+            "client_bound": bool(bound), "note": note}
+
+
+# ---------------------------------------------------------------- aiperf's configuration
+API_KEY_ENV = "KF_BENCH_API_KEY"
+
+
+def aiperf_config(url, model, tokenizer, concurrency, isl, osl, artifact_dir, requests=0, duration=0.0,
+                  grace=0.0, timeout=600.0, workers=2, entries=None, api_key=True, seed=0):
+    """aiperf's YAML configuration (its envelope shape, written as JSON, a subset of YAML;
+    the benchmark under `benchmark:`, the seed beside it). The API key is not
+    in it: `${KF_BENCH_API_KEY}`, which aiperf substitutes from the environment, so the key
+    is never on a command line or in a file; aiperf redacts it in its own exports."""
+    phase = {"name": "profiling", "kind": "profiling", "type": "concurrency",
+             "concurrency": int(concurrency)}
+    if requests:
+        phase["requests"] = int(requests)
+    else:
+        phase["duration"] = float(duration)
+        phase["grace_period"] = float(grace)
+    if entries is None:
+        entries = int(requests) if requests else max(2 * int(concurrency), 100)
+    endpoint = {"urls": [url], "type": "completions", "streaming": True, "timeout": float(timeout),
+                "extra": {"ignore_eos": True}}
+    if api_key:
+        endpoint["api_key"] = "${%s}" % API_KEY_ENV
+    return {"benchmark": {
+        "models": {"items": [{"name": model}]},
+        "endpoint": endpoint,
+        "datasets": [{"name": "main", "type": "synthetic", "entries": max(int(entries), 1),
+                      "prompts": {"isl": {"mean": int(isl), "stddev": 0}, "osl": {"mean": int(osl)}}}],
+        "phases": [phase],
+        "artifacts": {"dir": artifact_dir, "auto_plot": False},
+        "tokenizer": {"name": tokenizer},
+        "gpu_telemetry": {"enabled": False},
+        "server_metrics": {"enabled": False},
+        "runtime": {"ui": "none", "workers": max(1, min(int(workers), int(concurrency)))},
+    }, "random_seed": int(seed)}

@@ -1,0 +1,5 @@
+"""The bench suites: benchkit (local stand-in fleets) importable."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
