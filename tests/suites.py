@@ -103,6 +103,9 @@ PHASES = [
         Suite("molecule-driver", "kf-node-3", [scenario("driver")]),
         Suite("driver-faults", "kf-node-3", ["tests/driver"]),
         Suite("molecule-engine", "kf-node-3", [scenario("engine")]),
+        # The engine from Docker's apt repository (a signed stand-in served from this
+        # machine), and daemon.json that cannot be read refused before any change.
+        Suite("engine-sources", "kf-node-3", ["tests/engine"]),
         Suite("serve-bad-input", "kf-node-3", ["tests/serving/test_serve_bad_input_sim.py"]),
     ],
 ]
@@ -172,6 +175,8 @@ def machine_problems():
         problems.append("no bench venv (aiperf): make bench-setup (requirements-bench.txt)")
     if not (shutil.which("chromium") or shutil.which("chromium-browser")):
         problems.append("no chromium (the bench report's page check): apt-get install chromium")
+    if not shutil.which("gpg"):
+        problems.append("no gpg (the signed apt repository of the engine's docker-repo test): apt-get install gnupg")
     sys.path.insert(0, str(ROOT))
     from kunlun_fleet.sim import base_image
     from kunlun_fleet.sim.config import SimError

@@ -15,19 +15,27 @@ from the pins (`roles/kunlun_stack/defaults/main.yml`, read here, never copied):
     src/vllm-kunlun-0.15.1.dev0-4885de2.tar.gz   source tree with a C extension, patches
     models/<dir>/ and models/<dir>.sha256  small model with real config.json and tokenizer
     images/vllm-kunlun-exp-base.tar        only with --with-base-image (build_base_image)
+    debs/<package>_<version>_<arch>.deb    the engine role's offline install (engine_source: bundle):
+                                           engine_bundle_packages (roles/engine/defaults/main.yml) and
+                                           every package they need that a minimal Debian 12 host
+                                           (debootstrap minbase) lacks, amd64, from the Debian mirror
+                                           (apt-get --download-only against a minbase dpkg status; cached)
     MANIFEST.sha256                        sha256sum lines over every other file, sorted
 
 Outputs are deterministic (fixed timestamps and order in every archive), so the same
 sources give the same bytes and the same manifest. `build` is skipped when the sources,
 the pins and the output are unchanged (a stamp in the sim cache records what was built).
-Files in the bundle that this builder does not own (images/, debs/, other wheels in
-wheelhouse/) are kept and covered by the manifest.
+Files in the bundle that this builder does not own (images/, other wheels in wheelhouse/)
+are kept and covered by the manifest.
 """
 import argparse
+import fcntl
+import glob
 import gzip
 import hashlib
 import importlib.util
 import io
+import json
 import os
 import re
 import shutil
@@ -45,12 +53,13 @@ from kunlun_fleet.sim.artifacts.wheel import build_wheel, tree_files
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
 PINS_FILE = os.path.join(REPO_ROOT, "roles", "kunlun_stack", "defaults", "main.yml")
+ENGINE_DEFAULTS = os.path.join(REPO_ROOT, "roles", "engine", "defaults", "main.yml")
 ARTIFACTS = os.path.join(HERE, "artifacts")
 XRE_MODULE = os.path.join(HERE, "kit", "xre.py")
 SIM_HOME = os.path.abspath(os.environ.get("KUNLUN_SIM_HOME", "/var/lib/kunlun-sim"))
 CACHE_DIR = os.path.join(SIM_HOME, "cache")
 MANIFEST = "MANIFEST.sha256"
-OWNED_DIRS = ("drivers", "torch", "wheels", "src", "models")
+OWNED_DIRS = ("drivers", "torch", "wheels", "src", "models", "debs")
 
 # cocopod's METADATA version. None: the pinned version (what importlib.metadata reports
 # is then the pin). Set it to a different version (e.g. "0.0.0+torch2.5") to make uv
@@ -118,6 +127,7 @@ def sources_hash() -> str:
         with open(path, "rb") as fh:
             h.update(hashlib.sha256(fh.read()).digest())
     h.update(str(COCOPOD_METADATA_VERSION).encode())
+    h.update(debs_key(engine_bundle_packages()).encode())
     return h.hexdigest()
 
 
@@ -302,6 +312,156 @@ def fetch_wheelhouse(pins: dict, out: str) -> list:
     return written
 
 
+# --------------------------------------------------------------------------- debs
+# The engine's offline install: the .debs of engine_bundle_packages and of everything they
+# need that a minimal host lacks. "Minimal" is Debian's own: the packages debootstrap puts
+# in a minbase root (the Priority: required set and apt, with their dependencies). apt works
+# the closure out against a dpkg status holding exactly those packages and downloads it
+# (--no-install-recommends, as the role installs), from the mirror the sim hosts use.
+DEBS_ARCH = "amd64"
+DEBIAN_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
+# Bump when the way the closure is worked out changes (the cache key).
+DEBS_RECIPE = "1"
+
+
+def engine_bundle_packages(path: str = ENGINE_DEFAULTS) -> list:
+    """The packages the engine role expects from the bundle (read, never copied)."""
+    with open(path, encoding="utf-8") as fh:
+        return [str(p) for p in yaml.safe_load(fh)["engine_bundle_packages"]]
+
+
+def debian_sources() -> list:
+    """(mirror, suite) of the Debian archive the sim hosts' sources name."""
+    from kunlun_fleet.sim.image import MIRROR, SECURITY_MIRROR, SUITE
+
+    return [(MIRROR, SUITE), (MIRROR, SUITE + "-updates"), (SECURITY_MIRROR, SUITE + "-security")]
+
+
+def debs_key(packages: list) -> str:
+    data = json.dumps([sorted(packages), debian_sources(), DEBS_ARCH, DEBS_RECIPE])
+    return hashlib.sha256(data.encode()).hexdigest()[:16]
+
+
+def debs_cache(packages: list = None) -> str:
+    """The cache directory of the closure of `packages` (default: engine_bundle_packages)."""
+    packages = engine_bundle_packages() if packages is None else packages
+    return os.path.join(CACHE_DIR, "debs", debs_key(packages))
+
+
+def _run(cmd: list, what: str, env: dict = None) -> str:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    except FileNotFoundError as exc:
+        raise RuntimeError(f"{what}: {cmd[0]} is not installed ({exc}); on Debian: apt-get install "
+                           f"{'debootstrap' if 'debootstrap' in cmd[0] else 'apt'}")
+    if proc.returncode != 0:
+        raise RuntimeError(f"{what} failed (rc={proc.returncode}): {' '.join(cmd)}\n"
+                           f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    return proc.stdout
+
+
+def _private_apt(work: str) -> dict:
+    """An apt of its own under `work` (sources, lists, dpkg status, archives), apart from this
+    machine's: the environment that points apt-get/apt-cache at it."""
+    for sub in ("etc/apt.conf.d", "etc/preferences.d", "etc/sources.list.d", "state/lists/partial",
+                "cache/archives/partial", "archives/partial"):
+        os.makedirs(os.path.join(work, sub), exist_ok=True)
+    with open(os.path.join(work, "etc", "sources.list"), "w", encoding="utf-8") as fh:
+        for mirror, suite in debian_sources():
+            fh.write(f"deb [signed-by={DEBIAN_KEYRING}] {mirror} {suite} main\n")
+    with open(os.path.join(work, "state", "status"), "w", encoding="utf-8"):
+        pass
+    conf = os.path.join(work, "apt.conf")
+    with open(conf, "w", encoding="utf-8") as fh:
+        fh.write(f'Dir::Etc "{work}/etc";\nDir::Etc::main "none";\nDir::Etc::parts "{work}/etc/apt.conf.d";\n'
+                 f'Dir::State "{work}/state";\nDir::State::status "{work}/state/status";\n'
+                 f'Dir::Cache "{work}/cache";\nDir::Cache::archives "{work}/archives";\n'
+                 f'APT::Architecture "{DEBS_ARCH}";\nAPT::Architectures {{ "{DEBS_ARCH}"; }};\n'
+                 'APT::Sandbox::User "root";\nDebug::NoLocking "true";\n')
+    return dict(os.environ, APT_CONFIG=conf, DEBIAN_FRONTEND="noninteractive", LC_ALL="C")
+
+
+def minbase_packages(work: str) -> list:
+    """The packages of a minimal Debian host: what `debootstrap --variant=minbase` installs."""
+    from kunlun_fleet.sim.image import MIRROR, SUITE
+
+    out = _run(["debootstrap", "--print-debs", "--variant=minbase", f"--arch={DEBS_ARCH}", SUITE,
+                os.path.join(work, "debootstrap"), MIRROR], "debootstrap --print-debs (the minbase set)")
+    names = sorted(set(out.split()))
+    if "apt" not in names or "dpkg" not in names:
+        raise RuntimeError(f"debootstrap --print-debs gave no minbase set: {out[-500:]!r}")
+    return names
+
+
+def status_for(stanzas: str) -> str:
+    """A dpkg status file holding the packages of `stanzas` (apt-cache show output) as installed."""
+    out = []
+    for stanza in stanzas.strip().split("\n\n"):
+        lines = [line for line in stanza.splitlines() if line.strip()]
+        if not lines:
+            continue
+        if not lines[0].startswith("Package: "):
+            raise ValueError(f"not a package stanza: {lines[0]!r}")
+        out.append("\n".join(lines[:1] + ["Status: install ok installed"] + lines[1:]) + "\n")
+    return "\n".join(out)
+
+
+def download_debs(packages: list, dest: str, log=print) -> list:
+    """Download the closure of `packages` for a minimal Debian host into `dest`; the files."""
+    work = tempfile.mkdtemp(prefix="kf-debs-")
+    try:
+        env = _private_apt(work)
+        _run(["apt-get", "-q", "update"], "apt-get update (the Debian mirror's package lists)", env)
+        minbase = minbase_packages(work)
+        stanzas = _run(["apt-cache", "show", "--no-all-versions"] + minbase, "apt-cache show (the minbase set)", env)
+        with open(os.path.join(work, "state", "status"), "w", encoding="utf-8") as fh:
+            fh.write(status_for(stanzas))
+        _run(["apt-get", "-q", "-y", "--download-only", "--no-install-recommends", "install"] + packages,
+             "apt-get --download-only " + " ".join(packages), env)
+        files = sorted(glob.glob(os.path.join(work, "archives", "*.deb")))
+        if not files:
+            raise RuntimeError(f"apt-get downloaded nothing for {' '.join(packages)}")
+        os.makedirs(dest, exist_ok=True)
+        for path in files:
+            shutil.move(path, os.path.join(dest, os.path.basename(path)))
+        log(f"downloaded {len(files)} .debs for {' '.join(packages)} (a minbase host has {len(minbase)} packages)")
+        return [os.path.join(dest, os.path.basename(p)) for p in files]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def ensure_debs(packages: list = None, log=print) -> str:
+    """The cache directory holding the closure of `packages` (default: engine_bundle_packages),
+    downloaded once (kept as a set: the same files on every later build, until the packages or
+    the sources change; delete the directory to take newer ones)."""
+    packages = engine_bundle_packages() if packages is None else packages
+    cache = debs_cache(packages)
+    complete = os.path.join(cache, ".complete")
+    os.makedirs(os.path.dirname(cache), exist_ok=True)
+    with open(cache + ".lock", "w") as lock:
+        # One download for builders running side by side (the suites' lanes).
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(complete):
+            tmp = cache + ".partial"
+            shutil.rmtree(tmp, ignore_errors=True)
+            download_debs(packages, tmp, log)
+            _write(os.path.join(tmp, ".complete"), ("\n".join(packages) + "\n").encode())
+            shutil.rmtree(cache, ignore_errors=True)
+            os.replace(tmp, cache)
+    return cache
+
+
+def fetch_debs(out: str, log=print, packages: list = None) -> list:
+    """debs/ of the bundle: the cached closure (ensure_debs) copied in."""
+    cache = ensure_debs(packages, log)
+    written = []
+    for name in sorted(os.listdir(cache)):
+        if name.endswith(".deb"):
+            _copy_if_changed(os.path.join(cache, name), os.path.join(out, "debs", name))
+            written.append(f"debs/{name}")
+    return written
+
+
 def build_torch(pins: dict, out: str) -> str:
     rel = component(pins, "torch")["artifact"]
     path = os.path.join(out, rel)
@@ -456,6 +616,7 @@ def build(out: str, force: bool = False, with_base_image: bool = False, log=prin
     written.append(build_vllm_wheel(pins, out))
     written.append(fetch_transformers(pins, out))
     written += fetch_wheelhouse(pins, out)
+    written += fetch_debs(out, log)
     written.append(build_torch(pins, out))
     written.append(build_vllm_kunlun(pins, out))
     written += build_model(pins, out)

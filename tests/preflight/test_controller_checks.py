@@ -159,7 +159,7 @@ def test_bundle_checksum_mismatch(inventory, run_preflight, tmp_path):
     (bundle / "MANIFEST.sha256").write_text("%s  drivers/xre-Linux-x86_64-5.0.21.26.run\n" % ("1" * 64))
     inventory.update("group_vars/all/stack.yml", kunlun_stack_bundle_dir=str(bundle))
     rc, out = run_preflight(inventory)
-    assert_refused_before_hosts(rc, out, "drivers/xre-Linux-x86_64-5.0.21.26.run: sha256", "the manifest says 1111")
+    assert_refused_before_hosts(rc, out, "drivers/xre-Linux-x86_64-5.0.21.26.run: checksum mismatch: sha256", "the manifest says 1111")
 
 
 def test_ansible_version_range(inventory, run_preflight):
