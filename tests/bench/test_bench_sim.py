@@ -34,6 +34,11 @@ def bench(*args, timeout=600):
     return subprocess.run(cmd, cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def run_dirs():
+    """The bench's run directories (reports/bench-<timestamp>/), not the logs beside them."""
+    return {p for p in (ROOT / "reports").glob("bench-*") if p.is_dir()}
+
+
 @pytest.fixture(scope="module")
 def served(sim_fleet):
     """The e2e leaves the three hosts serving; say so plainly when they are not."""
@@ -48,13 +53,13 @@ def served(sim_fleet):
 
 @pytest.fixture(scope="module")
 def run(served):
-    before = set((ROOT / "reports").glob("bench-*"))
+    before = run_dirs()
     proc = bench(*SWEEP, "-e", json.dumps(EXTRA))
     out = proc.stdout + proc.stderr
     (ROOT / "reports").mkdir(exist_ok=True)
     (ROOT / "reports" / "bench-sim.log").write_text(out)
     assert proc.returncode == 0, out[-6000:]
-    new = sorted(set((ROOT / "reports").glob("bench-*")) - before)
+    new = sorted(run_dirs() - before)
     assert len(new) == 1, new
     return new[0], out
 
@@ -124,9 +129,9 @@ def test_the_plan_command_reads_the_run(run):
 
 
 def test_check_mode_measures_nothing(served):
-    before = set((ROOT / "reports").glob("bench-*"))
+    before = run_dirs()
     proc = bench(*SWEEP, "--check", timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "check mode - the bench sends no load" in out and "the bench measured nothing" in out
-    assert set((ROOT / "reports").glob("bench-*")) == before
+    assert run_dirs() == before
