@@ -85,6 +85,13 @@ def hosts_needed(curve, concurrency=None, output_tok_s=None, ttft_p99_s=None):
         return dict(ask, hosts=None, note="no host count up to %d meets it" % MAX_HOSTS)
     if output_tok_s:
         usable = [r for r in curve if ttft_p99_s is None or r[2] <= ttft_p99_s]
+        if ttft_p99_s is not None:
+            # Between two measured points the curve is interpolated (as for a concurrency):
+            # where TTFT p99 crosses the limit on a segment, that operating point counts too.
+            for (c0, t0, f0), (c1, t1, f1) in zip(curve, curve[1:]):
+                if f0 <= ttft_p99_s < f1:
+                    w = (ttft_p99_s - f0) / float(f1 - f0)
+                    usable.append((c0 + w * (c1 - c0), t0 + w * (t1 - t0), ttft_p99_s))
         if not usable:
             return dict(ask, hosts=None,
                         note="no measured per-host concurrency keeps TTFT p99 within %.3g s (lowest measured: %.3g s)"
@@ -93,9 +100,10 @@ def hosts_needed(curve, concurrency=None, output_tok_s=None, ttft_p99_s=None):
         n = int(math.ceil(output_tok_s / best[1])) if best[1] > 0 else None
         if n is None:
             return dict(ask, hosts=None, note="the measured curve has no output")
-        return dict(ask, hosts=n, per_host_concurrency=best[0], fleet_output_tok_s=round(n * best[1], 1),
-                    ttft_p99_s=round(best[2], 3), binding="output tok/s", fleet_concurrency=n * best[0],
-                    note="each host run at %d concurrent (its best measured output within the limits)" % best[0])
+        return dict(ask, hosts=n, per_host_concurrency=round(best[0], 1), fleet_output_tok_s=round(n * best[1], 1),
+                    ttft_p99_s=round(best[2], 3), binding="output tok/s", fleet_concurrency=round(n * best[0]),
+                    note="each host run at %.0f concurrent (its best output on the measured curve within the limits)"
+                    % best[0])
     return dict(ask, hosts=None, note="give a concurrency or an output tok/s")
 
 

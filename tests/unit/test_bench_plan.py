@@ -39,7 +39,9 @@ def test_output_rate_with_and_without_a_ttft_limit():
     a = plan.hosts_needed(CURVE, output_tok_s=5000)
     assert a["hosts"] == 2 and a["per_host_concurrency"] == 1024  # the best measured output: 3300 at 1024
     b = plan.hosts_needed(CURVE, output_tok_s=5000, ttft_p99_s=2.0)
-    assert b["hosts"] == 2 and b["per_host_concurrency"] == 256  # 3200 tok/s within 2 s
+    # TTFT p99 reaches 2 s between 256 (1.5 s) and 1024 (12 s): at about 293 concurrent, 3205 tok/s
+    assert b["hosts"] == 2 and b["per_host_concurrency"] == pytest.approx(292.6, abs=0.1)
+    assert b["ttft_p99_s"] == 2.0 and b["fleet_output_tok_s"] == pytest.approx(2 * 3204.8, abs=0.5)
     c = plan.hosts_needed(CURVE, output_tok_s=20000, ttft_p99_s=2.0)
     assert c["hosts"] == 7
 
