@@ -64,7 +64,10 @@ def plot_throughput(results):
                label="fleet target %.0f tok/s" % t["fleet_output_tok_s"])
     ax.axvline(t.get("fleet_min_concurrency", 1000), color="grey", linestyle=":", linewidth=1,
                label=">= %d concurrent" % t.get("fleet_min_concurrency", 1000))
-    ax.set_xscale("symlog", linthresh=1)
+    # Concurrency is 1 or more: a log axis from just below 1 (symlog's linear part around 0
+    # drew an empty negative range).
+    ax.set_xscale("log")
+    ax.set_xlim(left=0.8)
     ax.set_xlabel("concurrent requests")
     ax.set_ylabel("output tokens / s")
     ax.set_title("Output throughput vs concurrency (red circles: invalid point or failed requests)")
@@ -84,7 +87,8 @@ def plot_latency(results, key, title):
             ax.plot(xs, ys, linestyle=ls, marker="o" if q == "p50" else None, color=COLORS[i % len(COLORS)],
                     linewidth=2.2 if name == "fleet" else 1.2,
                     label="%s %s" % ("fleet" if name == "fleet" else name, q))
-    ax.set_xscale("symlog", linthresh=1)
+    ax.set_xscale("log")
+    ax.set_xlim(left=0.8)
     ax.set_yscale("log")
     ax.set_xlabel("concurrent requests")
     ax.set_ylabel("seconds")
