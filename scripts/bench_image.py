@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Benchmark the image stage (prints figures; asserts nothing).
 
-    scripts/bench_image.py fleet [-i inventories/sim] [--runs 1]
-        In one run, against a fleet (the sim fleet by default):
+    scripts/bench_image.py fleet [-i inventories/sim] [--distribution registry|stream]
+        In one run, against a fleet (the sim fleet by default), through the role with
+        image_distribution as given (untags every kunlun-serving tag, :current included:
+        not on a fleet whose serving others are testing; use `distribution` there):
         1. first build: the serving tag removed everywhere, then playbooks/image.yml
            (build on the builder + proof + streaming to every other serving host);
         2. unchanged re-run: the same playbook again (must build and send nothing);
@@ -13,6 +15,21 @@
         b. relay:    docker save to a file, fetch it to the controller, copy it to the host,
                      docker load (Ansible's fetch/copy way; needs disk on all three)
         c. stream with gzip -1 on both ends.
+
+    scripts/bench_image.py distribution [-i inventories/sim] [--image REF]
+        Registry vs stream, 1 host vs several, with layers no host holds yet, on a fleet
+        that may be serving (nothing it serves or tags is touched). On the builder, a bench
+        copy of REF (default kunlun-serving:current) is made whose every layer gets one
+        small extra file (same layer count, sizes and compressibility; all-new layer
+        digests), then:
+        a. push to the fleet registry (once per tag; the role does it on the builder);
+        b. registry: parallel `docker pull` from the builder's registry on 1 host, on all
+           non-builder hosts, and on every host including the builder (its local copy
+           removed first); each pulled image ID checked equal to the builder's;
+        c. stream: parallel `ssh builder docker save | ssh host docker load` through the
+           controller, on 1 host and on all non-builder hosts.
+        The bench image is removed everywhere afterwards and its blobs garbage-collected
+        from the registry. Figures for scripts/bench_fleet.py: the lines starting "FIGURE".
 
     scripts/bench_image.py local [--image REF]
         Without a fleet: docker save throughput of an image on the sim engine, and gzip -1's
@@ -86,6 +103,8 @@ class Fleet:
 
     def playbook(self, *extra):
         env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+        if getattr(self, "distribution", None):
+            extra = ("-e", "image_distribution=%s" % self.distribution) + tuple(extra)
         proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(self.inventory),
                                str(ROOT / "playbooks/image.yml"), *extra],
                               cwd=ROOT, env=env, capture_output=True, text=True)
@@ -113,6 +132,7 @@ def changed_count(output):
 
 def fleet(args):
     f = Fleet(args.inventory)
+    f.distribution = args.distribution
     others = [h for h in f.targets if h != f.builder]
     print("fleet: builder %s, serving hosts %s" % (f.builder, ", ".join(f.targets)))
     for host in f.targets + [f.builder]:
@@ -155,6 +175,183 @@ def fleet(args):
         print("   (re-tagged by a final run: %.1f s)" % t)
 
 
+# ------------------------------------------------------------------------------ distribution
+# Run on the builder with its python3: a copy of an image whose every layer carries one
+# more small file, so that no engine holds any of its layers (same count, sizes and
+# compressibility as the original). Prints the new image ID.
+FRESH_LAYERS = r"""
+import hashlib, io, json, os, shutil, subprocess, sys, tarfile, tempfile
+src, dst, nonce, scratch = sys.argv[1:5]
+os.makedirs(scratch, exist_ok=True)
+work = tempfile.mkdtemp(dir=scratch)
+subprocess.run("docker save %s | tar -x -C %s" % (src, work), shell=True, check=True)
+manifest = json.load(open(os.path.join(work, "manifest.json")))
+m = manifest[0]
+cfg = json.load(open(os.path.join(work, m["Config"])))
+ids = []
+for n, layer in enumerate(m["Layers"]):
+    path = os.path.realpath(os.path.join(work, layer))
+    with tarfile.open(path, "a") as t:
+        data = ("%s %d\n" % (nonce, n)).encode()
+        info = tarfile.TarInfo(".kf-bench-%d" % n)
+        info.size = len(data)
+        t.addfile(info, io.BytesIO(data))
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    ids.append("sha256:" + h.hexdigest())
+cfg["rootfs"]["diff_ids"] = ids
+raw = json.dumps(cfg).encode()
+cid = hashlib.sha256(raw).hexdigest()
+os.remove(os.path.join(work, m["Config"]))
+open(os.path.join(work, cid + ".json"), "wb").write(raw)
+m["Config"] = cid + ".json"
+m["RepoTags"] = [dst]
+json.dump(manifest, open(os.path.join(work, "manifest.json"), "w"))
+if os.path.exists(os.path.join(work, "repositories")):
+    os.remove(os.path.join(work, "repositories"))
+subprocess.run("tar -C %s -c . | docker load >/dev/null" % work, shell=True, check=True)
+shutil.rmtree(work)
+print("sha256:" + cid)
+"""
+
+
+def cpu_ticks():
+    """(busy, total) jiffies of this machine (the sim hosts share its cores)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    return sum(fields) - idle, sum(fields)
+
+
+def controller_tx():
+    """Bytes this machine sent into the sim fleet's bridge (host-to-host traffic is switched
+    inside the bridge and not counted): the controller's own share of a distribution."""
+    path = Path("/sys/class/net/kfsim0/statistics/tx_bytes")
+    return int(path.read_text()) if path.exists() else None
+
+
+def parallel(jobs):
+    """Run {name: shell command} at once; returns (wall seconds, {name: CompletedProcess}).
+    Prints the machine's mean busy cores meanwhile: on a shared machine the pulls'
+    decompression and extraction compete for the same cores."""
+    import concurrent.futures
+    busy0, total0 = cpu_ticks()
+    tx0 = controller_tx()
+    start = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        futures = {name: pool.submit(sh, cmd) for name, cmd in jobs.items()}
+        results = {name: fut.result() for name, fut in futures.items()}
+    wall = time.monotonic() - start
+    busy1, total1 = cpu_ticks()
+    cores = os.cpu_count() or 1
+    tx1 = controller_tx()
+    # printed by the caller after its FIGURE line (the figure these conditions belong to)
+    parallel.note = "   (meanwhile: machine busy %.2f of %d cores; the controller sent %s into the fleet's network)" % (
+        cores * (busy1 - busy0) / max(total1 - total0, 1), cores,
+        "%.0f MiB" % ((tx1 - tx0) / 2**20) if tx0 is not None else "? (no kfsim0 bridge)")
+    return wall, results
+
+
+def distribution(args):
+    f = Fleet(args.inventory)
+    others = [h for h in f.targets if h != f.builder]
+    addr = f.host_vars(f.builder).get("ansible_host", f.builder)
+    registry = "%s:%d" % (addr, args.port)
+    nonce = "%d" % time.time()
+    bench = "kunlun-bench:%s" % nonce
+    remote = "%s/%s" % (registry, bench)
+    print("fleet: builder %s (registry %s), other hosts %s" % (f.builder, registry, ", ".join(others)))
+    if f.run(f.builder, "test -s /etc/docker/certs.d/%s/client.key" % registry).returncode != 0:
+        raise SystemExit("no fleet registry at %s: run playbooks/image.yml (image_distribution: registry) first" % registry)
+    t, proc = timed(lambda: sh("%s -- python3 - %s %s %s /home/kf-bench-scratch" % (
+        f.ssh(f.builder), shlex.quote(args.image), bench, nonce), input=FRESH_LAYERS))
+    if proc.returncode != 0:
+        raise SystemExit("making the bench image failed: %s" % proc.stderr[-2000:])
+    bench_id = proc.stdout.strip().splitlines()[-1]
+    size = int(f.run(f.builder, "docker image inspect --format '{{.Size}}' %s" % bench).stdout.strip() or 0)
+    layers = f.run(f.builder, "docker image inspect --format '{{len .RootFS.Layers}}' %s" % bench).stdout.strip()
+    print("bench image %s (%s, %s layers, %.0f MiB, all layers new), made in %.1f s"
+          % (bench, bench_id[:19], layers, size / 2**20, t))
+    figures = {}
+    try:
+        t, proc = timed(lambda: f.run(f.builder, "docker tag %s %s && docker push %s >/dev/null && docker rmi %s >/dev/null"
+                                      % (bench, remote, remote, remote)))
+        if proc.returncode != 0:
+            raise SystemExit("push failed: %s" % proc.stderr[-2000:])
+        figures["registry_push_s"] = t
+        print("FIGURE registry push (builder -> its registry, once per tag): %.1f s" % t)
+
+        def drop(hosts, name):
+            for host in hosts:
+                f.run(host, "docker rmi %s %s >/dev/null 2>&1; true" % (name, remote))
+
+        def ids(hosts, name):
+            return {h: f.run(h, "docker image inspect --format '{{.Id}}' %s" % name).stdout.strip() for h in hosts}
+
+        sets = [("1 host", others[:1]), ("%d hosts" % len(others), others)]
+        for label, hosts in sets:
+            if len(hosts) < 1 or (label != "1 host" and len(hosts) == 1):
+                continue
+            drop(hosts, bench)
+            t, res = parallel({h: "%s -- docker pull -q %s" % (f.ssh(h), remote) for h in hosts})
+            bad = {h: r.stderr.strip()[-300:] for h, r in res.items() if r.returncode != 0}
+            same = set(ids(hosts, remote).values()) == {bench_id}
+            figures["registry_%d" % len(hosts)] = t
+            print("FIGURE registry pull to %s (%s): %.1f s, %.0f MiB/s per host; image IDs equal the builder's: %s%s"
+                  % (label, ", ".join(hosts), t, size / 2**20 / t, same, " FAILED %s" % bad if bad else ""))
+            print(parallel.note)
+            drop(hosts, bench)
+            t, res = parallel({h: "set -o pipefail; %s -- docker save %s | %s -- docker load -q"
+                               % (f.ssh(f.builder), bench, f.ssh(h)) for h in hosts})
+            bad = {h: r.stderr.strip()[-300:] for h, r in res.items() if r.returncode != 0}
+            same = set(ids(hosts, bench).values()) == {bench_id}
+            figures["stream_%d" % len(hosts)] = t
+            print("FIGURE stream to %s (%s): %.1f s, %.0f MiB/s per host; image IDs equal the builder's: %s%s"
+                  % (label, ", ".join(hosts), t, size / 2**20 / t, same, " FAILED %s" % bad if bad else ""))
+            print(parallel.note)
+            drop(hosts, bench)
+        # a pull cut short (the client killed part-way), then resumed: the layers already
+        # on the engine are not fetched again ("Already exists")
+        host = others[0]
+        drop([host], bench)
+        cut_after = figures["registry_1"] * 0.5
+        try:
+            sh("%s -- docker pull %s" % (f.ssh(host), remote), timeout=cut_after)
+        except subprocess.TimeoutExpired:
+            pass
+        have = f.run(host, "docker image inspect %s >/dev/null 2>&1 && echo whole || echo partial").stdout.strip()
+        t, proc = timed(lambda: sh("%s -- docker pull %s" % (f.ssh(host), remote)))
+        reused = proc.stdout.count("Already exists")
+        figures["registry_resume_s"] = t
+        print("FIGURE pull cut after %.1f s on %s (image %s), resumed: %.1f s, %s of %s layers reused (Already exists); "
+              "image ID equals the builder's: %s" % (cut_after, host, have, t, reused, layers,
+                                                     ids([host], remote)[host] == bench_id))
+        drop([host], bench)
+        every = [f.builder] + others
+        drop(every, bench)
+        t, res = parallel({h: "%s -- docker pull -q %s" % (f.ssh(h), remote) for h in every})
+        bad = {h: r.stderr.strip()[-300:] for h, r in res.items() if r.returncode != 0}
+        same = set(ids(every, remote).values()) == {bench_id}
+        figures["registry_%d" % len(every)] = t
+        print("FIGURE registry pull to %d hosts, builder included (%s): %.1f s; image IDs equal: %s%s"
+              % (len(every), ", ".join(every), t, same, " FAILED %s" % bad if bad else ""))
+        print(parallel.note)
+        one = figures.get("registry_1")
+        if one:
+            for key in sorted(figures):
+                if key.startswith(("registry_", "stream_")) and key != "registry_push_s":
+                    print("   %s / registry_1 = %.2f" % (key, figures[key] / one))
+        print(json.dumps({"figures": figures, "image_mib": round(size / 2**20), "layers": layers}))
+    finally:
+        drop_all = [f.builder] + others
+        for host in drop_all:
+            f.run(host, "docker rmi %s %s >/dev/null 2>&1; true" % (bench, remote))
+        # the bench tag out of the registry, its blobs garbage-collected (nothing else is pushed meanwhile)
+        f.run(f.builder, "rm -rf /home/docker-registry/docker/registry/v2/repositories/kunlun-bench /home/kf-bench-scratch; "
+              "runuser -u docker-registry -- docker-registry garbage-collect /etc/kunlun-registry/config.yml >/dev/null")
+
+
 # ------------------------------------------------------------------------------ local
 def local(args):
     env = dict(os.environ, DOCKER_HOST="unix://%s/docker.sock" % SIM_HOME, DOCKER_API_VERSION="1.41")
@@ -176,11 +373,16 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="mode", required=True)
     p = sub.add_parser("fleet")
     p.add_argument("-i", "--inventory", default=str(ROOT / "inventories/sim"))
+    p.add_argument("--distribution", choices=["registry", "stream"], default="registry")
+    p = sub.add_parser("distribution")
+    p.add_argument("-i", "--inventory", default=str(ROOT / "inventories/sim"))
+    p.add_argument("--image", default="kunlun-serving:current")
+    p.add_argument("--port", type=int, default=5000)
     p = sub.add_parser("local")
     p.add_argument("--image")
     args = parser.parse_args(argv)
     print(json.dumps({"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
-    (fleet if args.mode == "fleet" else local)(args)
+    {"fleet": fleet, "distribution": distribution, "local": local}[args.mode](args)
 
 
 if __name__ == "__main__":

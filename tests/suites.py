@@ -6,7 +6,8 @@ lane run one after another; the lanes of a phase run at the same time, because t
 touch disjoint things: the sim hosts are the unit of isolation (a suite in lane
 kf-node-2 resets and converges kf-node-2 only), and the "local" lane touches no sim
 host. Phase 1 runs the suites that need the whole fleet (the e2e from bare hosts first);
-phase 2 gives each sim host its own lane. A suite that can use the state the e2e leaves
+phase 2 gives each sim host its own lane; phase 3 (the large lane) has the machine to
+itself, because it grows the fleet to twelve hosts and rewrites the sim inventory. A suite that can use the state the e2e leaves
 (a converged host) runs first in its lane; its own prepare step still brings the host
 to the state it needs from any state, so order saves time and never decides an outcome.
 
@@ -68,7 +69,13 @@ PHASES = [
         Suite("bench-sim", "fleet", ["tests/bench/test_bench_sim.py"], timeout=900),
         # The image role on three hosts: prepare untags the serving image, so converge
         # builds once (from the builder's layer cache) and streams to the two others.
-        Suite("molecule-image", "fleet", [scenario("image")]),
+        # Weights from peers: a host with a verified copy serves the others (bounded per
+        # source, resumable, a dead source falls back); needs the model the e2e staged.
+        Suite("model-peers", "fleet", ["tests/model"], timeout=900),
+        # The rollout on the three hosts: an unchanged fleet rolls nothing, a changed one
+        # host by host after the canary, each batch behind the capacity gate.
+        Suite("serve-rollout", "fleet", ["tests/serving/test_serve_rollout_sim.py"], timeout=1200),
+        Suite("molecule-image", "fleet", [scenario("image"), "tests/image/test_image_distribution_sim.py"]),
         Suite("lint", "local", [], command=["make", "--no-print-directory", "lint"]),
         Suite("unit", "local", ["tests"], marks=FAST),
         Suite("carry-over-local", "local", ["tests/integration"]),
@@ -76,7 +83,8 @@ PHASES = [
         # The stand-in vendor stack installed for real in a CPython 3.10 venv, and proved.
         Suite("standin-stack", "local", ["tests/artifacts", "tests/unit"]),
         # A real image build on the sim fleet's engine (no sim host).
-        Suite("image-engine", "local", ["tests/image"]),
+        Suite("image-engine", "local", ["tests/image/test_image_engine.py", "tests/image/test_image_inputs.py",
+                                              "tests/image/test_patch_step.py"]),
         # The bench against local stand-in servers (aiperf from the bench venv, no sim
         # host): counters, a host dying mid-bench, check mode, the open-files refusal, and
         # the stand-in's queueing, prefill cost, counters and tokenizer.
@@ -107,6 +115,11 @@ PHASES = [
         # machine), and daemon.json that cannot be read refused before any change.
         Suite("engine-sources", "kf-node-3", ["tests/engine"]),
         Suite("serve-bad-input", "kf-node-3", ["tests/serving/test_serve_bad_input_sim.py"]),
+    ],
+    [
+        # Phase 3, alone: twelve sim hosts (nine new beside the three converged ones), the
+        # stages that grow with the number of hosts, then back to three.
+        Suite("fleet-large", "fleet", ["tests/scale"], timeout=1500),
     ],
 ]
 ALL = [s for phase in PHASES for s in phase]

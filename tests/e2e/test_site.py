@@ -53,14 +53,19 @@ def test_first_run_reaches_every_host(first_run):
     assert all(h["failed"] == 0 and h["unreachable"] == 0 for h in hosts.values()), hosts
 
 
-def test_image_built_once_and_streamed_to_the_two_others(first_run):
-    """The image stage from bare hosts: one build on the builder, the image streamed to
-    the two other hosts. (The proof on every host and the role's own idempotence are in
-    molecule/image; the second run and check mode of the whole site are below.)"""
+def test_image_built_once_and_pulled_by_the_two_others(first_run):
+    """The image stage from bare hosts: one build on the builder, pushed once to the
+    builder's registry, pulled by the two other hosts; the controller carries no image.
+    (The proof on every host and the role's own idempotence are in molecule/image; the
+    second run and check mode of the whole site are below.)"""
     # Task headers only (the timing summary at the end names slow tasks again).
     assert first_run.count("TASK [image : Build | Build the image") == 1, first_run[-3000:]
-    section = first_run.split("Stream the image")[1].split("TASK")[0]
-    assert sorted(re.findall(r"changed: \[(kf-node-\d) -> localhost\]", section)) == ["kf-node-2", "kf-node-3"], section
+    push = first_run.split("TASK [image : Push | Push the tag to the fleet registry")[1].split("TASK [")[0]
+    assert re.findall(r"changed: \[(kf-node-\d)\]", push) == ["kf-node-1"], push
+    pull = first_run.split("TASK [image : Distribute | Pull the image from the builder's registry")[1].split("TASK [")[0]
+    assert sorted(re.findall(r"changed: \[(kf-node-\d)\]", pull)) == ["kf-node-2", "kf-node-3"], pull
+    stream = first_run.split("TASK [image : Distribute | Stream the image")[1].split("TASK [")[0]
+    assert "changed:" not in stream, stream
 
 
 def test_second_run_changes_nothing(first_run):

@@ -1,0 +1,118 @@
+"""The large lane: twelve sim hosts (eleven serving hosts and a dedicated gateway host, as
+`sim-up` lays out five hosts and more), for what scales with the number of hosts.
+
+From the three hosts the earlier suites leave (converged) and nine bare ones: preflight,
+storage and driver on all of them in one run, then an unchanged re-run of the
+same stages (changed=0 on every host). The fleet's start time and memory go to
+reports/fleet-large.json (the figures the closing notes quote). At the end the fleet goes
+back to the shared three hosts."""
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from kunlun_fleet.sim import engine as sim_engine
+from kunlun_fleet.sim.config import host_address, host_name
+from kunlun_fleet.sim.testing import recap, sim, ssh
+
+ROOT = Path(__file__).resolve().parents[2]
+COUNT = 12
+SERVING = ["kf-node-%d" % i for i in range(1, COUNT)]
+# What grows with the number of hosts and needs no serving stack: the engine's package
+# install (minutes of dpkg per host on this 2-core machine) is left to the 3-host suites.
+STAGES = ["playbooks/preflight.yml", "playbooks/storage.yml", "playbooks/driver.yml"]
+pytestmark = pytest.mark.sim
+
+
+def stages(*extra):
+    """The stages in one ansible-playbook run (site.yml's order), like `kunlun-fleet deploy`."""
+    from kunlun_fleet import vault
+
+    play = ROOT / "reports" / ".large-lane.yml"
+    play.parent.mkdir(exist_ok=True)
+    play.write_text("---\n" + "".join("- name: %s\n  ansible.builtin.import_playbook: %s\n" % (Path(s).stem, ROOT / s)
+                                      for s in STAGES))
+    env = vault.vault_env(str(ROOT / "inventories/sim"), dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+                                                              ANSIBLE_NOCOLOR="1"))
+    start = time.monotonic()
+    proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", "inventories/sim", str(play), *extra],
+                          cwd=ROOT, env=env, text=True, capture_output=True, timeout=2400)
+    return time.monotonic() - start, proc.returncode, proc.stdout + proc.stderr
+
+
+def fleet_memory_mib():
+    """Resident memory of every sim host (its container's memory cgroup: v1 total_rss, or
+    v2 anon), read from the cgroup files (the sim engine's `docker stats` shows 0 here)."""
+    ids = sim_engine.docker("ps", "--filter", "name=kf-sim-", "--format", "{{.Names}} {{.ID}}",
+                            "--no-trunc").stdout.split("\n")
+    used = {}
+    for line in filter(None, ids):
+        name, cid = line.split()
+        for path, key in (("/sys/fs/cgroup/memory/docker/%s/memory.stat" % cid, "total_rss"),
+                          ("/sys/fs/cgroup/docker/%s/memory.stat" % cid, "anon")):
+            if os.path.exists(path):
+                stat = dict(l.split() for l in open(path).read().splitlines())
+                used[name] = int(stat[key]) / 2**20
+                break
+    return used
+
+
+@pytest.fixture(scope="module")
+def large_fleet(sim_fleet):
+    start = time.monotonic()
+    proc = sim("sim-up", str(COUNT))
+    figures = {"hosts": COUNT, "sim_up_s": round(time.monotonic() - start, 1),
+               "memory_mib_after_up": {k: round(v, 1) for k, v in fleet_memory_mib().items()}}
+    yield {"figures": figures, "sim_up": proc.stdout}
+    # Back to the shared fleet (hosts 4..12 removed, kf-node-1 the gateway host again).
+    sim("sim-up", "3")
+
+
+def keep(figures):
+    (ROOT / "reports").mkdir(exist_ok=True)
+    (ROOT / "reports" / "fleet-large.json").write_text(json.dumps(figures, indent=2) + "\n")
+
+
+def test_twelve_hosts_up_and_reachable_with_checked_keys(large_fleet):
+    assert "fleet of %d up" % COUNT in large_fleet["sim_up"], large_fleet["sim_up"][-2000:]
+    hosts = (ROOT / "inventories/sim/hosts.yml").read_text()
+    # Eleven serving hosts; the twelfth is the gateway host only.
+    for name in SERVING:
+        assert "%s:" % name in hosts
+    assert re.search(r"gateways:\n\s+hosts:\n\s+kf-node-12:", hosts), hosts
+    for index in (4, COUNT):
+        assert ssh(index, "hostname").stdout.strip() == host_name(index)
+    memory = large_fleet["figures"]["memory_mib_after_up"]
+    assert len(memory) == COUNT, memory
+    keep(large_fleet["figures"])
+
+
+def test_stages_converge_all_serving_hosts_then_change_nothing(large_fleet):
+    took, rc, out = stages()
+    (ROOT / "reports" / "fleet-large-first.log").write_text(out)
+    assert rc == 0, out[-6000:]
+    hosts = recap(out)
+    assert set(SERVING) <= set(hosts), sorted(hosts)
+    assert all(hosts[h]["failed"] == 0 and hosts[h]["unreachable"] == 0 for h in hosts), hosts
+    # The new hosts really got the stages: the logical volume mounted at /home with XFS,
+    # the driver with every accelerator (its facts file).
+    for index in (4, 8, 11):
+        assert ssh(index, "lvs --noheadings -o lv_name data/home").stdout.strip() == "home", index
+        assert ssh(index, "findmnt -n -o FSTYPE --mountpoint /home").stdout.strip() == "xfs", index
+        fact = json.loads(ssh(index, "cat /etc/ansible/facts.d/xpu.fact").stdout)
+        assert len(fact["devices"]) == 8, fact
+    again, rc, out2 = stages()
+    (ROOT / "reports" / "fleet-large-rerun.log").write_text(out2)
+    assert rc == 0, out2[-6000:]
+    changed = {h: r["changed"] for h, r in recap(out2).items() if r["changed"]}
+    assert changed == {}, changed
+    figures = dict(large_fleet["figures"], stages=[Path(s).stem for s in STAGES], first_run_s=round(took, 1),
+                   rerun_s=round(again, 1), memory_mib_after_stages={k: round(v, 1) for k, v in fleet_memory_mib().items()})
+    keep(figures)
+    print(json.dumps(figures))
+    assert host_address(COUNT).endswith(".%d" % (10 + COUNT))
