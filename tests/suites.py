@@ -67,24 +67,16 @@ PHASES = [
         # The bench on the served fleet the e2e leaves: a short sweep through the gateway
         # and per host, the report files, client and server counts within 3%.
         Suite("bench-sim", "fleet", ["tests/bench/test_bench_sim.py"], timeout=900),
-        # The image role on three hosts: prepare untags the serving image, so converge
-        # builds once (from the builder's layer cache) and streams to the two others.
         # Weights from peers: a host with a verified copy serves the others (bounded per
         # source, resumable, a dead source falls back); needs the model the e2e staged.
         Suite("model-peers", "fleet", ["tests/model"], timeout=900),
-        # The rollout on the three hosts: an unchanged fleet rolls nothing, a changed one
-        # host by host after the canary, each batch behind the capacity gate.
-        Suite("serve-rollout", "fleet", ["tests/serving/test_serve_rollout_sim.py"], timeout=1200),
+        # The image role on three hosts: prepare untags the serving image, so converge
+        # builds once (from the builder's layer cache) and the two others pull it from
+        # the builder's registry; then the registry's binding and client certificates, a
+        # re-run that moves nothing, a host cut off mid-distribution and resumed.
         Suite("molecule-image", "fleet", [scenario("image"), "tests/image/test_image_distribution_sim.py"]),
         Suite("lint", "local", [], command=["make", "--no-print-directory", "lint"]),
         Suite("unit", "local", ["tests"], marks=FAST),
-        Suite("carry-over-local", "local", ["tests/integration"]),
-        Suite("preflight-local", "local", ["tests/preflight/test_host_checks_local.py"]),
-        # The stand-in vendor stack installed for real in a CPython 3.10 venv, and proved.
-        Suite("standin-stack", "local", ["tests/artifacts", "tests/unit"]),
-        # A real image build on the sim fleet's engine (no sim host).
-        Suite("image-engine", "local", ["tests/image/test_image_engine.py", "tests/image/test_image_inputs.py",
-                                              "tests/image/test_patch_step.py"]),
         # The bench against local stand-in servers (aiperf from the bench venv, no sim
         # host): counters, a host dying mid-bench, check mode, the open-files refusal, and
         # the stand-in's queueing, prefill cost, counters and tokenizer.
@@ -92,6 +84,13 @@ PHASES = [
               timeout=1200),
         # The report page in headless Chromium (rendered from a recorded run; no fleet).
         Suite("bench-page", "local", ["tests/bench/test_bench_page.py"], timeout=600),
+        Suite("carry-over-local", "local", ["tests/integration"]),
+        Suite("preflight-local", "local", ["tests/preflight/test_host_checks_local.py"]),
+        # The stand-in vendor stack installed for real in a CPython 3.10 venv, and proved.
+        Suite("standin-stack", "local", ["tests/artifacts", "tests/unit"]),
+        # A real image build on the sim fleet's engine (no sim host).
+        Suite("image-engine", "local", ["tests/image/test_image_engine.py", "tests/image/test_image_inputs.py",
+                                              "tests/image/test_patch_step.py"]),
     ],
     [
         # kf-node-1: serve and gateway first (the e2e left the host converged).

@@ -17,11 +17,14 @@ from kunlun_fleet.sim.config import host_address
 from kunlun_fleet.sim.testing import recap, sim, ssh
 
 ROOT = Path(__file__).resolve().parents[2]
+HOSTS = ["kf-node-1", "kf-node-2", "kf-node-3"]
+RESTART_TASK = "TASK [serve : Restart | (Re)start kunlun-serve]"
 pytestmark = pytest.mark.sim
 
 
 def run_site(*extra):
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
+               ANSIBLE_CALLBACK_RESULT_FORMAT="json")
     proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", "inventories/sim", "site.yml", *extra],
                           cwd=ROOT, env=env, text=True, capture_output=True, timeout=3600)
     return proc.returncode, proc.stdout + proc.stderr
@@ -74,6 +77,12 @@ def test_second_run_changes_nothing(first_run):
     assert rc == 0, out[-6000:]
     changed = {h: r["changed"] for h, r in recap(out).items() if r["changed"]}
     assert changed == {}, "second run changed: %s\n%s" % (changed, out[-4000:])
+    # The serve stage checked every host for real (a completion each) and rolled nothing:
+    # no batch, no drain, no restart.
+    assert "rollout: no host needs a restart; every host was checked" in out, out[-3000:]
+    assert RESTART_TASK not in out and "Take the host out" not in out
+    ready = out.split("TASK [serve : Ready | /v1/models lists the model and a completion returns text]")[1]
+    assert sorted(re.findall(r"^ok: \[(kf-node-\d)\]", ready.split("\nTASK [")[0], re.M)) == HOSTS, ready[:2000]
 
 
 def test_check_diff_changes_nothing(first_run):
@@ -81,6 +90,7 @@ def test_check_diff_changes_nothing(first_run):
     assert rc == 0, out[-6000:]
     changed = {h: r["changed"] for h, r in recap(out).items() if r["changed"]}
     assert changed == {}, "check mode reports changes on a converged fleet: %s\n%s" % (changed, out[-4000:])
+    assert "would be (re)started" not in out
 
 
 # ------------------------------------------------------------------ the fleet endpoint
@@ -88,7 +98,9 @@ def test_check_diff_changes_nothing(first_run):
 # leaves every host serving the current image again.
 
 def ansible_playbook(playbook, *extra):
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0")
+    # Results as JSON: one line each, so long messages (the capacity gate's) are not folded.
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
+               ANSIBLE_CALLBACK_RESULT_FORMAT="json")
     proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", "inventories/sim", playbook, *extra],
                           cwd=ROOT, env=env, text=True, capture_output=True, timeout=3600)
     return proc.returncode, proc.stdout + proc.stderr
@@ -167,14 +179,29 @@ def started_at(index):
     return ssh(index, "systemctl show -P ActiveEnterTimestampMonotonic kunlun-serve.service").stdout.strip()
 
 
+def restarted_in_order(out):
+    """The hosts of each `(Re)start` task, in the order the run printed them."""
+    order = []
+    for block in out.split(RESTART_TASK)[1:]:
+        order += re.findall(r"^changed: \[(kf-node-\d)\]", block.split("\nTASK [")[0], re.M)
+    return order
+
+
 def test_rolling_restart_under_load_loses_nothing(first_run):
     before = {i: started_at(i) for i in (1, 2, 3)}
     # One more variable in the serving environment (the inventory's kept): every host restarts.
     sim_vars = yaml.safe_load((ROOT / "inventories/sim/group_vars/all/sim.yml").read_text())
-    roll_env = dict(sim_vars.get("serve_extra_env") or {}, KF_E2E_ROLL="1")
+    roll_env = json.dumps({"serve_extra_env": dict(sim_vars.get("serve_extra_env") or {}, KF_E2E_ROLL="1")})
+    # Check mode first: it names every host that would restart, and changes nothing.
+    rc, out = ansible_playbook("playbooks/serve.yml", "--check", "--diff", "-e", roll_env)
+    assert rc == 0, out[-6000:]
+    assert "rollout: 3 of 3 host(s) need a restart (kf-node-1, kf-node-2, kf-node-3)" in out, out[-3000:]
+    assert out.count("kunlun-serve would be (re)started on kunlun-serving:current") == 3, out[-3000:]
+    assert {i: started_at(i) for i in (1, 2, 3)} == before
+    assert all("KF_E2E_ROLL" not in ssh(i, "cat /etc/kunlun-serve/serve.env").stdout for i in (1, 2, 3))
     with Load(*endpoint()) as load:
         time.sleep(5)
-        rc, out = ansible_playbook("playbooks/serve.yml", "-e", json.dumps({"serve_extra_env": roll_env}))
+        rc, out = ansible_playbook("playbooks/serve.yml", "-e", roll_env)
         time.sleep(5)
     assert rc == 0, out[-6000:]
     print("rolling restart under load: %s" % load.summary())
@@ -183,8 +210,16 @@ def test_rolling_restart_under_load_loses_nothing(first_run):
     assert load.ok > 20, load.ok
     after = {i: started_at(i) for i in (1, 2, 3)}
     assert all(after[i] != before[i] for i in before), (before, after)
-    # One host at a time: the canary first, then batches of one (50% of 3 hosts).
-    assert out.count("TASK [serve : Restart | (Re)start kunlun-serve]") == 3, out[-3000:]
+    # The default bound on 3 hosts (one host, or 10% rounded down): the canary first, then
+    # one host at a time, in inventory order.
+    assert "a canary, then at most 1 host(s) out of service at once (serve_max_unavailable=10% of 3)" in out, out[-3000:]
+    assert restarted_in_order(out) == HOSTS, out[-4000:]
+    # Each batch behind the capacity gate, which names its host and the load against the rest.
+    assert out.count("TASK [serve : Rollout | Capacity before this batch]") == 3, out[-3000:]
+    gates = re.findall(r"capacity: [^\"]*", out)
+    for host in HOSTS:
+        assert any("taking out %s " % host in g for g in gates), (host, gates)
+    assert all(ssh(i, "test -e /etc/kunlun-serve/restart-pending", check=False).returncode != 0 for i in (1, 2, 3))
 
 
 def test_rollback_playbook_serves_previous_then_current_again(first_run):
