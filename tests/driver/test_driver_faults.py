@@ -208,15 +208,20 @@ def test_serving_host_needing_an_upgrade_is_refused():
     assert '/usr/local/xpu/version' in before and on_host('cat /usr/local/xpu/version') == OLD
 
 
+PID1_START = "sed -e 's/^.*) //' /proc/1/stat | cut -d' ' -f20"
+
+
 def test_serving_host_with_pending_reboot_is_not_rebooted():
     sim_reset('xpu_old_driver=' + PIN)
     on_host("touch /var/run/reboot-required; setsid -f sh -c 'exec sleep 100000 3</dev/xpu0' </dev/null >/dev/null 2>&1")
-    boot = on_host('ps -o lstart= -p 1')
+    # PID 1's start in clock ticks since the machine booted (/proc/1/stat field 22): exact,
+    # where `ps -o lstart` adds the kernel's btime, which moves by a second or two under load.
+    boot = on_host(PID1_START)
     before = snapshot()
     proc, recap = driver_play('-e', 'driver_reboot_allowed=true')
     refused(proc, recap, 'needs a reboot', 'but is serving', 'It was not rebooted', 'drain the host first')
     assert snapshot() == before
-    assert on_host('ps -o lstart= -p 1') == boot
+    assert on_host(PID1_START) == boot
 
 
 def test_pending_reboot_without_permission_stops_the_host():
