@@ -90,8 +90,11 @@ def run_with_fault(playbook, where, point, victim, log_dir, *extra):
     threading.Thread(target=lines_of, args=(watcher.stdout, q), daemon=True).start()
     assert q.get(timeout=30) == "READY"
     log = open(os.path.join(log_dir, "%s-%s-%s.log" % (playbook, point, victim)), "w")
-    pb = subprocess.Popen(stage_cmd(playbook), cwd=REPO, env=_env(), stdout=log, stderr=subprocess.STDOUT,
-                          start_new_session=True)
+    # The linear strategy here: the watcher polls for the module between two journal
+    # phases, and under Mitogen it missed the window after 'verified' once in CI (an open
+    # item: the watcher should freeze the module at the phase, not poll for it).
+    pb = subprocess.Popen(stage_cmd(playbook), cwd=REPO, env=dict(_env(), ANSIBLE_STRATEGY="linear"), stdout=log,
+                          stderr=subprocess.STDOUT, start_new_session=True)
     hit = None
     started = time.time()
     try:
