@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from kunlun_fleet.sim.testing import recap
+
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,15 +47,6 @@ def env():
 
 def play_cmd(*extra):
     return [str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(INVENTORY), str(ROOT / "playbooks/image.yml"), *extra]
-
-
-def recap(out):
-    hosts = {}
-    for line in out.split("PLAY RECAP")[-1].splitlines():
-        m = re.match(r"^(\S+)\s+:\s+(ok=.*)$", line.strip())
-        if m:
-            hosts[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
-    return hosts
 
 
 def play(*extra):
