@@ -58,9 +58,9 @@ class Suite:
 # Phase 2: one lane per sim host.
 PHASES = [
     [
-        # The kit below the product (LVM, faults, SSH): resets hosts as it needs, so it
-        # goes before the e2e.
-        Suite("sim-kit", "fleet", ["tests/sim"]),
+        # The sim fleet as a whole (SSH with checked keys, the inventory, sim-up's
+        # idempotence and refusals): cheap, and sim-up must not race another lane's reset.
+        Suite("sim-kit", "fleet", ["tests/sim/test_fleet.py"]),
         # From bare hosts through every stage, then the operator's checks; it leaves the
         # three hosts converged and serving, which the suites after it reuse.
         Suite("e2e", "fleet", ["tests/e2e"], timeout=2700),
@@ -101,6 +101,9 @@ PHASES = [
         Suite("molecule-gateway", "kf-node-1", [scenario("gateway")]),
         Suite("molecule-preflight", "kf-node-1", [scenario("preflight")]),
         Suite("preflight-sim", "kf-node-1", ["tests/preflight/test_host_checks_sim.py"]),
+        # The LVM kit below the product (lvg/lvol/filesystem/mount, lvextend, faults, lvs
+        # reports): every test resets kf-node-1, so it goes last in the lane.
+        Suite("sim-kit-lvm", "kf-node-1", ["tests/sim/test_kit_lvm.py"]),
         # kf-node-2: storage and its fault suites, then model and ca_trust (fresh hosts).
         Suite("molecule-storage", "kf-node-2", [scenario("storage")]),
         Suite("storage-faults", "kf-node-2", ["tests/storage"], timeout=2400),

@@ -5,9 +5,12 @@
   the fleet's certificate;
 - an unchanged re-run changes nothing and moves nothing: the registry's access log shows
   no push (PUT) and no blob fetch during it;
-- a host cut off (SSH refused) while the image is distributed: the other host finishes
-  with the builder's image ID, the recap names the cut host as unreachable, and the next
-  run gives it the tag (only to it) with the builder's image ID;
+- the source dies as both hosts pull (the builder's registry port refused, open
+  connections reset): both fail naming the builder, its registry and the fix, nothing is
+  tagged and :current is untouched; then, the registry back, a host cut off (SSH
+  refused) while the image is distributed: the other host finishes with the builder's
+  image ID, the recap names the cut host as unreachable, and the next run gives it the
+  tag (only to it) with the builder's image ID;
 - image_distribution: stream still works (the builder cannot run a registry).
 
 Nothing serving is stopped: only the tag of the build (kunlun-serving:<hash>) is removed
@@ -15,6 +18,7 @@ from the pulling hosts' engines, never :current, which every host keeps with the
 serves (the running container holds its image by ID).
 """
 
+import json
 import re
 import subprocess
 import time
@@ -122,17 +126,71 @@ def test_unchanged_rerun_pushes_and_pulls_nothing(converged):
     assert rc == 0 and all(h["changed"] == 0 for h in recap(out).values()), out[-6000:]
 
 
-def _cut_ssh(index, on):
-    """Refuse SSH on a sim host (from inside it, through the sim engine: SSH is what is cut)."""
+def _cut(index, port, on):
+    """Refuse a TCP port on a sim host, established connections included (from inside it,
+    through the sim engine): 22 cuts Ansible off, 5000 kills the builder's registry for
+    its pullers."""
     from kunlun_fleet.sim import config, engine
-    rule = ["INPUT", "-p", "tcp", "--dport", "22", "-j", "REJECT", "--reject-with", "tcp-reset"]
+    rule = ["INPUT", "-p", "tcp", "--dport", str(port), "-j", "REJECT", "--reject-with", "tcp-reset"]
     engine.docker("exec", config.container_name(index), "iptables", "-I" if on else "-D", *rule, check=on)
 
 
-def test_host_unreachable_mid_distribution_is_resumed_next_run(converged, tmp_path):
+def _cut_ssh(index, on):
+    _cut(index, 22, on)
+
+
+def test_source_dies_mid_pull_then_a_host_drops_mid_distribution_each_resumed(converged, tmp_path):
+    """Two faults, each resumed by the next run (one story, to spend one distribution less):
+    the builder's registry dies as both hosts pull from it, then kf-node-3 is cut off while
+    the image is distributed again."""
     tag, builder_id = converged
+    serving = {i: image_ids(i)["current"] for i in PULLERS}
     for i in PULLERS:
         ssh(i, "docker rmi kunlun-serving:%s" % tag)
+
+    # 1. The source is gone as the hosts pull (its port refused, open connections reset):
+    # both pullers fail, naming the builder, its registry and the fix; nothing is tagged,
+    # and :current (what they serve) is untouched. (A serving host keeps the image's
+    # layers for its container, so its pull fetches the manifest, not blobs: what a dead
+    # source does to a half-fetched layer is the engine's part, which keeps none.)
+    log = tmp_path / "image-source-dies.log"
+    dead = False
+    try:
+        with open(log, "w") as sink:
+            proc = subprocess.Popen(play_cmd(), cwd=ROOT, env=dict(env(), ANSIBLE_CALLBACK_RESULT_FORMAT="json"),
+                                    stdout=sink, stderr=subprocess.STDOUT, text=True)
+            deadline = time.monotonic() + 600
+            # the hosts are about to pull: the builder pushed (or found) its tag
+            while "TASK [image : Distribute | Does this host hold the tag?]" not in log.read_text():
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-6000:]
+                time.sleep(0.1)
+            _cut(BUILDER, 5000, True)
+            dead = True
+            proc.wait(timeout=1800)
+        out = log.read_text()
+        hosts = recap(out)
+        assert proc.returncode != 0, out[-6000:]
+        assert hosts["kf-node-1"]["failed"] == 0 and hosts["kf-node-1"]["unreachable"] == 0, hosts
+        for i in PULLERS:
+            name = "kf-node-%d" % i
+            assert hosts[name]["failed"] == 1 and hosts[name]["unreachable"] == 0, hosts
+            after = out.split("TASK [image : Distribute | The pull failed", 1)[1]
+            at = after.find("fatal: [%s]: FAILED! => " % name)
+            assert at >= 0, out[-6000:]
+            rest = after[at:].split("=> ", 1)[1]
+            text = json.JSONDecoder().raw_decode(rest)[0]["msg"]
+            assert text.startswith("%s could not pull %s/kunlun-serving:%s from the registry on the builder kf-node-1:"
+                                   % (name, REGISTRY, tag)), text
+            assert "Fix: make kf-node-1 and its registry (kunlun-registry.service on %s) reachable" % REGISTRY in text
+            ids = image_ids(i)
+            assert tag not in ids and ids.get("current") == serving[i], ids
+            refs = ssh(i, "docker images --format '{{.Repository}}:{{.Tag}}'")
+            assert REGISTRY not in refs, refs
+    finally:
+        if dead:
+            _cut(BUILDER, 5000, False)
+
+    # 2. The registry is back; kf-node-3 is cut off while the image is distributed.
     log = tmp_path / "image-cut.log"
     cut = False
     try:
@@ -157,11 +215,12 @@ def test_host_unreachable_mid_distribution_is_resumed_next_run(converged, tmp_pa
             _cut_ssh(3, False)
         from kunlun_fleet.sim import fleet
         fleet.drop_control_masters([3])
-    # the other host finished: the builder's image under the build tag and :current
+    # the other host finished (resuming the pull the dead source broke): the builder's
+    # image under the build tag and :current
     ids2 = image_ids(2)
     assert ids2.get(tag) == builder_id and ids2.get("current") == builder_id, ids2
     assert tag not in image_ids(3)
-    # the next run resumes only what is missing: kf-node-3 pulls, nobody else changes
+    # 3. The next run resumes only what is missing: kf-node-3 pulls, nobody else changes
     stamp = ssh(BUILDER, "date '+%Y-%m-%d %H:%M:%S'")
     time.sleep(1)
     rc, out = play()

@@ -9,7 +9,11 @@ verified model again (the serving containers use it).
 - The source dies mid-transfer (its share killed): with the origin fallback off both
   pullers fail naming the source and keep their partial files; the next run continues
   those files from where they end (Range), not from byte 0.
-- The source dies mid-transfer with the fallback on: the pullers finish from the bundle."""
+- The source dies mid-transfer with the fallback on: the pullers finish from the bundle.
+- A puller goes off the network mid-transfer (SSH refused, its connections to the share
+  reset): the other finishes, verified; the run's stats name the cut host unreachable; its
+  partial file is kept, never put in place, and the next run continues it (Range) while
+  the finished host transfers nothing."""
 
 import json
 import os
@@ -28,6 +32,7 @@ DIRNAME = PINS["kunlun_stack_model"]["directory"]
 MODEL = "/home/newdata/models/" + DIRNAME
 PARTIAL = "/home/newdata/models/.%s.partial" % DIRNAME
 PULLERS = (2, 3)
+PEER_PORT = 8478  # model_peer_port's default
 BIG = "tokenizer.json"  # the sim model's largest file (~54 KB): slow enough at 4 KB/s to kill mid-file
 
 
@@ -167,3 +172,56 @@ def test_dead_source_falls_back_to_the_bundle(restore):
     assert_all_verified()
     for index in PULLERS:  # no partial file left behind for files now in place
         assert ssh(index, "find %s -type f | wc -l" % PARTIAL).stdout.strip() == "0"
+
+
+
+def _cut_off(index, on):
+    """Take a sim host off the network as a dead link would (from inside it, through the
+    sim engine): SSH refused (Ansible loses it) and its own connections to the peers'
+    shares reset (its transfer in flight stops where it is)."""
+    from kunlun_fleet.sim import config, engine
+    for chain, port in (("INPUT", 22), ("OUTPUT", PEER_PORT)):
+        rule = [chain, "-p", "tcp", "--dport", str(port), "-j", "REJECT", "--reject-with", "tcp-reset"]
+        engine.docker("exec", config.container_name(index), "iptables", "-I" if on else "-D", *rule, check=on)
+
+
+def test_host_unreachable_mid_distribution_others_finish_next_run_resumes(restore):
+    remove_model_files()
+    proc = run_model("-e", "model_peer_rate_limit=4000", "-e", "model_peer_timeout=5", background=True)
+    cut = False
+    try:
+        wait_partial(3, 8000)
+        _cut_off(3, True)
+        cut = True
+        out, err = proc.communicate(timeout=300)
+        run = parse(out, err)
+        assert proc.returncode != 0
+        # the report names the host; the other one finished from the peer, verified
+        assert run["stats"]["kf-node-3"]["unreachable"] >= 1, run["stats"]
+        assert run["stats"]["kf-node-2"]["unreachable"] == 0 and run["stats"]["kf-node-2"]["failures"] == 0, run["stats"]
+        fetched = results(run, "Fetch the missing files")
+        assert len(fetched["kf-node-2"]["fetched"]) == 7 and fetched["kf-node-2"]["failures"] == []
+        out2 = ssh(2, "cd %s && sha256sum --check --strict ../%s.sha256" % (MODEL, DIRNAME)).stdout
+        assert out2.count(": OK") == 7, out2
+        # the cut host's fetch (left running by the lost connection) gives up after
+        # model_peer_timeout: no source is reachable from it
+        time.sleep(12)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if cut:
+            _cut_off(3, False)
+        from kunlun_fleet.sim import fleet
+        fleet.drop_control_masters([3])
+    # nothing half-written in place on the cut host; its partial file is kept
+    assert ssh(3, "test -e %s/%s" % (MODEL, BIG), check=False).returncode != 0
+    kept = int(ssh(3, "stat -c %%s %s/%s" % (PARTIAL, BIG)).stdout)
+    assert kept >= 8000
+    # the next run resumes it from where it ended; the finished host transfers nothing
+    rc, resumed = run_model()
+    assert rc == 0, json.dumps(resumed["stats"])
+    fetched = results(resumed, "Fetch the missing files")
+    assert sorted(fetched) == ["kf-node-3"], sorted(fetched)
+    big = [f for f in fetched["kf-node-3"]["fetched"] if f["path"] == BIG][0]
+    assert big["resumed_from"] == kept, (big, kept)
+    assert_all_verified()

@@ -45,3 +45,73 @@ def test_without_mitogen_the_error_names_the_fix(tmp_path):
     proc = load(tmp_path)
     assert proc.returncode != 0
     assert "make setup" in proc.stderr and "ANSIBLE_STRATEGY=linear" in proc.stderr, proc.stderr[-2000:]
+
+
+def _tasks(node):
+    """Every task of a tasks file, blocks opened."""
+    for task in node or []:
+        for key in ("block", "rescue", "always"):
+            if key in task:
+                yield from _tasks(task[key])
+        yield task
+
+
+def test_copies_of_bundle_files_go_over_plain_ssh():
+    """Mitogen moves big files several times slower than sftp (docs/performance.md, "Bulk
+    copies"): every copy of a bundle file takes the bulk connection."""
+    import yaml
+
+    found = []
+    for path in sorted((ROOT / "roles").glob("*/tasks/*.yml")):
+        for task in _tasks(yaml.safe_load(path.read_text())):
+            copy = task.get("ansible.builtin.copy")
+            if isinstance(copy, dict) and "kunlun_stack_bundle_dir" in str(copy.get("src", "")):
+                found.append(path.relative_to(ROOT))
+                connection = (task.get("vars") or {}).get("ansible_connection")
+                assert connection == "{{ kunlun_stack_bulk_connection }}", (path, task["name"])
+    # The base image archive, the vendor wheels, the model, the driver installer, the .debs.
+    assert len(found) == 5, found
+
+
+def test_the_bulk_connection_is_not_redirected_to_mitogen():
+    """Mitogen rewrites the short names (ssh, local, ...) to its own transports; the fully
+    qualified name stays OpenSSH's plugin, which is what the bulk copies rely on."""
+    from ansible_mitogen.strategy import REDIRECTED_CONNECTION_PLUGINS
+
+    defaults = yaml_load(ROOT / "roles/kunlun_stack/defaults/main.yml")
+    assert defaults["kunlun_stack_bulk_connection"] == "ansible.builtin.ssh"
+    assert "ssh" in REDIRECTED_CONNECTION_PLUGINS
+    assert defaults["kunlun_stack_bulk_connection"] not in REDIRECTED_CONNECTION_PLUGINS
+
+
+def yaml_load(path):
+    import yaml
+
+    return yaml.safe_load(path.read_text())
+
+
+def test_collections_are_listed_once_per_run_with_mitogens_result():
+    """The plugin replaces Mitogen's per-worker listing of every collection with one list
+    made before the workers fork; the paths a module invocation gets are the same."""
+    code = (
+        "import importlib.util, inspect\n"
+        "from ansible.plugins.loader import init_plugin_loader\n"
+        "init_plugin_loader()\n"
+        "import ansible_mitogen.planner as planner, ansible.collections.list as cl\n"
+        "original = inspect.getsource(planner._load_collections)\n"
+        "spec = importlib.util.spec_from_file_location('mitogen_linear', %r)\n"
+        "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
+        "mod._collections_once()\n"
+        "class Invocation: _extra_sys_paths = set()\n"
+        "inv = Invocation(); planner._load_collections(inv)\n"
+        "expected = {p.decode() for p in cl.list_collection_dirs()}\n"
+        "print(int('list_collection_dirs' in original and '_extra_sys_paths.add' in original),"
+        " int(inv._extra_sys_paths == expected), len(expected),"
+        " int(planner._load_collections.__module__ == 'mitogen_linear'))\n"
+    ) % str(PLUGIN)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    same_idea, same_paths, count, replaced = proc.stdout.split()
+    # Mitogen still lists every collection per worker (else this patch has no reason)
+    assert same_idea == "1", "Mitogen's _load_collections changed: revisit plugins/strategy/mitogen_linear.py"
+    assert same_paths == "1" and int(count) >= 3 and replaced == "1"

@@ -1,0 +1,125 @@
+"""The sim hosts' LVM kit (below the product: device-mapper is what this machine lacks),
+tested through the real interfaces: the stock community modules over SSH, real loop
+devices and XFS. Every test resets one host (HOST) before and after itself, so the suite
+runs in that host's lane (phase 2, after the host's other suites)."""
+
+import json
+
+import pytest
+
+from kunlun_fleet.sim.config import host_name
+from kunlun_fleet.sim.testing import playbook, sim, ssh
+
+pytestmark = pytest.mark.sim
+
+T = 1 << 40
+HOST = 1
+NAME = host_name(HOST)
+OTHER = 3  # a host that must not see HOST's physical volumes (only reads)
+
+
+def test_lvg_lvol_filesystem_mount_give_writable_xfs(fresh_host):
+    host = fresh_host(HOST)
+    _, recap = playbook("lvm_xfs.yml", "-e", "target=kf-node-%d" % host)
+    assert recap[NAME]["changed"] >= 4
+    assert ssh(host, "findmnt -n -o FSTYPE /srv/kit-test").stdout.strip() == "xfs"
+    assert ssh(host, "cat /srv/kit-test/hello.txt").stdout == "written through the kit\n"
+    ssh(host, "dd if=/dev/urandom of=/srv/kit-test/blob bs=1M count=8 status=none && sync")
+    attr = ssh(host, "lvs --noheadings -o lv_attr kitvg/kitlv").stdout.strip()
+    assert attr[4] == "a" and attr[5] == "o"
+    # Second run of the same playbook: nothing to do.
+    _, recap = playbook("lvm_xfs.yml", "-e", "target=kf-node-%d" % host)
+    assert recap[NAME]["changed"] == 0
+
+    # Another host does not see this host's PV (LVM filter: only /dev/vd*).
+    assert "kitvg" not in ssh(OTHER, "pvs; vgs").stdout
+
+    # The LV survives a container restart: the kit's boot unit re-attaches and remounts.
+    from kunlun_fleet.sim import engine, fleet
+    engine.docker("restart", "kf-sim-%d" % host, timeout=120)
+    fleet.wait_ready(host)
+    assert ssh(host, "findmnt -n -o FSTYPE /srv/kit-test").stdout.strip() == "xfs"
+    assert ssh(host, "cat /srv/kit-test/hello.txt").stdout == "written through the kit\n"
+    assert int(ssh(host, "stat -c %s /srv/kit-test/blob").stdout) == 8 << 20
+    _, recap = playbook("lvm_xfs.yml", "-e", "target=kf-node-%d" % host)
+    assert recap[NAME]["changed"] == 0
+
+
+def test_lvextend_grows_device_and_filesystem(fresh_host):
+    host = fresh_host(HOST)
+    playbook("lvm_grow.yml", "-e", "target=kf-node-%d" % host, "-e", "lv_size=1t")
+    assert int(ssh(host, "blockdev --getsize64 /dev/growvg/growlv").stdout) == T
+    ssh(host, "echo before-grow > /srv/grow-test/marker")
+    _, recap = playbook("lvm_grow.yml", "-e", "target=kf-node-%d" % host, "-e", "lv_size=2t")
+    assert recap[NAME]["changed"] >= 2
+    assert int(ssh(host, "blockdev --getsize64 /dev/growvg/growlv").stdout) == 2 * T
+    fs_bytes = int(ssh(host, "df -B1 --output=size /srv/grow-test | tail -1").stdout)
+    assert fs_bytes > 1.9 * T
+    assert ssh(host, "cat /srv/grow-test/marker").stdout == "before-grow\n"
+    # The plain LVM command line grows it too (another +1T, filesystem with -r).
+    ssh(host, "lvextend -L +1T -r growvg/growlv")
+    assert int(ssh(host, "blockdev --getsize64 /dev/growvg/growlv").stdout) == 3 * T
+    assert int(ssh(host, "df -B1 --output=size /srv/grow-test | tail -1").stdout) > 2.9 * T
+
+
+def test_new_lv_is_wiped(fresh_host):
+    """A new LV over extents that held a filesystem starts without its signature."""
+    host = fresh_host(HOST)
+    ssh(host, "pvcreate -q /dev/vdb && vgcreate -q wvg /dev/vdb && lvcreate -q -y -n one -L 1G wvg "
+              "&& mkfs.xfs -q /dev/wvg/one && lvremove -q -y wvg/one && lvcreate -q -y -n two -L 1G wvg")
+    proc = ssh(host, "blkid -p /dev/wvg/two", check=False)
+    assert "xfs" not in proc.stdout
+    assert ssh(host, "readlink -f /dev/wvg/two").stdout.strip() == \
+        ssh(host, "readlink -f /dev/mapper/wvg-two").stdout.strip()
+
+
+def test_kit_faults_shape_the_host(fresh_host):
+    host = fresh_host(HOST, "disk_has_fs=1", "home_content=1", "docker_content=1", "no_kernel_headers=1")
+    assert ssh(host, "blkid -o value -s TYPE /dev/vdb").stdout.strip() == "ext4"
+    assert ssh(host, "cat /home/alice/notes.txt | head -1").stdout == "alice's notes\n"
+    blocks, bsize, size = ssh(host, "stat -c '%b %B %s' /home/alice/sparse.img").stdout.split()
+    assert int(size) == 2 << 30
+    assert int(blocks) * int(bsize) < 1 << 20
+    assert ssh(host, "stat -c %h /home/bob/data.bin").stdout.strip() == "2"
+    assert "user:bob:r--" in ssh(host, "getfacl -p /home/alice/shared.txt").stdout
+    assert ssh(host, "test -s /var/lib/kunlun-kit/home.manifest && echo yes").stdout.strip() == "yes"
+    assert ssh(host, "cat /var/lib/docker/volumes/kf-seed-data/_data/hello.txt").stdout.startswith("data")
+    proc = ssh(host, "test -e /usr/src/linux-headers-$(uname -r) || echo absent")
+    assert proc.stdout.strip() == "absent"
+    status = json.loads(sim("sim-status", "--json").stdout)
+    row = [r for r in status["hosts"] if r["host"] == NAME][0]
+    assert row["faults"]["disk_has_fs"] == "1"
+
+
+def test_reports_match_lvm_but_show_activation(fresh_host):
+    """lvs/vgs through the kit print exactly what LVM prints, except the state and open
+    characters of lv_attr, which show the kit's activation."""
+    host = fresh_host(HOST)
+    ssh(host, "pvcreate -q /dev/vdb && vgcreate -q data /dev/vdb && lvcreate -q -y -n home -L 2T data "
+              "&& lvcreate -q -y -n other-lv -L 1G data && lvchange -q -an data/other-lv")
+    for args in ("", "--noheadings --options vg_name,lv_name,lv_size --units g data/home",
+                 "-a -o lv_name,size,lv_attr --units m --separator ';'", "--reportformat json",
+                 "--nameprefixes --noheadings -o lv_name,lv_attr", "--segments -o +devices",
+                 "-o lv_name,lv_attr,lv_uuid"):
+        real = ssh(host, "lvm lvs %s 2>/dev/null" % args).stdout
+        kit = ssh(host, "lvs %s" % args).stdout
+        expected = real.replace("-wi-XX----", "-wi-a-----", 1).replace("-wi-XX----", "-wi-------")
+        assert kit == expected, "lvs %s" % args
+    assert ssh(host, "vgs --noheadings -o lv_name,lv_attr --separator ';' data").stdout.split() == \
+        ["home;-wi-a-----", "other-lv;-wi-------"]
+
+
+def test_lv_in_use_is_not_deactivated_or_removed(fresh_host):
+    host = fresh_host(HOST)
+    ssh(host, "pvcreate -q /dev/vdb && vgcreate -q data /dev/vdb && lvcreate -q -y -n home -L 1G data "
+              "&& mkfs.xfs -q /dev/data/home && mkdir -p /mnt/h && mount /dev/data/home /mnt/h")
+    proc = ssh(host, "vgchange -an data", check=False)
+    assert proc.returncode != 0 and "in use" in proc.stderr
+    proc = ssh(host, "lvremove -y data/home", check=False)
+    assert proc.returncode != 0 and "in use" in proc.stderr
+    assert ssh(host, "lvs --noheadings -o lv_attr data/home").stdout.strip()[4:6] == "ao"
+    ssh(host, "umount /mnt/h && vgchange -an data")
+    assert ssh(host, "lvs --noheadings -o lv_attr data/home").stdout.strip()[4:6] == "--"
+    assert ssh(host, "test -e /dev/data/home || echo gone").stdout.strip() == "gone"
+    ssh(host, "vgchange -ay data && lvremove -y data/home")
+    assert ssh(host, "lvs --noheadings data").stdout.strip() == ""
