@@ -174,7 +174,6 @@ def test_dead_source_falls_back_to_the_bundle(restore):
         assert ssh(index, "find %s -type f | wc -l" % PARTIAL).stdout.strip() == "0"
 
 
-
 def _cut_off(index, on):
     """Take a sim host off the network as a dead link would (from inside it, through the
     sim engine): SSH refused (Ansible loses it) and its own connections to the peers'

@@ -2,9 +2,8 @@
 `sim-up` lays out five hosts and more), for what scales with the number of hosts.
 
 From the three hosts the earlier suites leave (in whatever state they are) and nine bare
-ones: preflight,
-storage and driver on all of them in one run, then an unchanged re-run of the
-same stages (changed=0 on every host). The fleet's start time and memory go to
+ones: preflight, storage and driver on all of them in one run, then an unchanged re-run of
+the same stages (changed=0 on every host). The fleet's start time and memory go to
 reports/fleet-large.json (the figures the closing notes quote). At the end the fleet goes
 back to the shared three hosts."""
 
