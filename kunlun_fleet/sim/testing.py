@@ -76,6 +76,16 @@ def ssh(host_index, command, check=True):
     return proc
 
 
+def refuse_port(host_index, port, on, chain="INPUT"):
+    """A dead link for one TCP port of a sim host, open connections included: a REJECT
+    (tcp-reset) rule inside the host, set through the sim engine, not over the SSH it may
+    cut. INPUT 22 loses the host for Ansible; OUTPUT <port> cuts its own connections out.
+    Needs iptables in the host (the engine stage installs it with docker.io)."""
+    from . import config, engine
+    rule = [chain, "-p", "tcp", "--dport", str(port), "-j", "REJECT", "--reject-with", "tcp-reset"]
+    engine.docker("exec", config.container_name(host_index), "iptables", "-I" if on else "-D", *rule, check=on)
+
+
 @pytest.fixture(scope="session")
 def sim_fleet():
     """The shared 3-host fleet (brought up once; torn down only with KF_SIM_TEARDOWN=1)."""

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from kunlun_fleet.sim.testing import recap
+from kunlun_fleet.sim.testing import recap, refuse_port
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
@@ -126,20 +126,7 @@ def test_unchanged_rerun_pushes_and_pulls_nothing(converged):
     assert rc == 0 and all(h["changed"] == 0 for h in recap(out).values()), out[-6000:]
 
 
-def _cut(index, port, on):
-    """Refuse a TCP port on a sim host, established connections included (from inside it,
-    through the sim engine): 22 cuts Ansible off, 5000 kills the builder's registry for
-    its pullers."""
-    from kunlun_fleet.sim import config, engine
-    rule = ["INPUT", "-p", "tcp", "--dport", str(port), "-j", "REJECT", "--reject-with", "tcp-reset"]
-    engine.docker("exec", config.container_name(index), "iptables", "-I" if on else "-D", *rule, check=on)
-
-
-def _cut_ssh(index, on):
-    _cut(index, 22, on)
-
-
-def test_source_dies_mid_pull_then_a_host_drops_mid_distribution_each_resumed(converged, tmp_path):
+def test_source_dies_as_hosts_pull_then_a_host_drops_mid_distribution_each_resumed(converged, tmp_path):
     """Two faults, each resumed by the next run (one story, to spend one distribution less):
     the builder's registry dies as both hosts pull from it, then kf-node-3 is cut off while
     the image is distributed again."""
@@ -164,7 +151,7 @@ def test_source_dies_mid_pull_then_a_host_drops_mid_distribution_each_resumed(co
             while "TASK [image : Distribute | Does this host hold the tag?]" not in log.read_text():
                 assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-6000:]
                 time.sleep(0.1)
-            _cut(BUILDER, 5000, True)
+            refuse_port(BUILDER, 5000, True)
             dead = True
             proc.wait(timeout=1800)
         out = log.read_text()
@@ -188,7 +175,7 @@ def test_source_dies_mid_pull_then_a_host_drops_mid_distribution_each_resumed(co
             assert REGISTRY not in refs, refs
     finally:
         if dead:
-            _cut(BUILDER, 5000, False)
+            refuse_port(BUILDER, 5000, False)
 
     # 2. The registry is back; kf-node-3 is cut off while the image is distributed.
     log = tmp_path / "image-cut.log"
@@ -201,7 +188,7 @@ def test_source_dies_mid_pull_then_a_host_drops_mid_distribution_each_resumed(co
             while "TASK [image : Registry trust |" not in log.read_text():
                 assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-6000:]
                 time.sleep(0.2)
-            _cut_ssh(3, True)
+            refuse_port(3, 22, True)
             cut = True
             proc.wait(timeout=1800)
         out = log.read_text()
@@ -212,7 +199,7 @@ def test_source_dies_mid_pull_then_a_host_drops_mid_distribution_each_resumed(co
         assert "UNREACHABLE" in out and "kf-node-3" in out.split("PLAY RECAP")[-1]
     finally:
         if cut:
-            _cut_ssh(3, False)
+            refuse_port(3, 22, False)
         from kunlun_fleet.sim import fleet
         fleet.drop_control_masters([3])
     # the other host finished (resuming the pull the dead source broke): the builder's

@@ -23,7 +23,7 @@ import time
 import pytest
 import yaml
 
-from kunlun_fleet.sim.testing import INVENTORY, REPO, VENV_BIN, _env, ssh
+from kunlun_fleet.sim.testing import INVENTORY, REPO, VENV_BIN, _env, refuse_port, ssh
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
@@ -175,13 +175,10 @@ def test_dead_source_falls_back_to_the_bundle(restore):
 
 
 def _cut_off(index, on):
-    """Take a sim host off the network as a dead link would (from inside it, through the
-    sim engine): SSH refused (Ansible loses it) and its own connections to the peers'
-    shares reset (its transfer in flight stops where it is)."""
-    from kunlun_fleet.sim import config, engine
-    for chain, port in (("INPUT", 22), ("OUTPUT", PEER_PORT)):
-        rule = [chain, "-p", "tcp", "--dport", str(port), "-j", "REJECT", "--reject-with", "tcp-reset"]
-        engine.docker("exec", config.container_name(index), "iptables", "-I" if on else "-D", *rule, check=on)
+    """Take a sim host off the network as a dead link would: SSH refused (Ansible loses
+    it) and its own connections to the peers' shares reset (its transfer stops where it is)."""
+    refuse_port(index, 22, on)
+    refuse_port(index, PEER_PORT, on, chain="OUTPUT")
 
 
 def test_host_unreachable_mid_distribution_others_finish_next_run_resumes(restore):
