@@ -4,12 +4,15 @@
 Every test belongs to exactly one suite (checked before anything runs). Suites in one
 lane run one after another; the lanes of a phase run at the same time, because they
 touch disjoint things: the sim hosts are the unit of isolation (a suite in lane
-kf-node-2 resets and converges kf-node-2 only), and the "local" lane touches no sim
-host. Phase 1 runs the suites that need the whole fleet (the e2e from bare hosts first);
-phase 2 gives each sim host its own lane; phase 3 (the large lane) has the machine to
-itself, because it grows the fleet to twelve hosts and rewrites the sim inventory. A suite that can use the state the e2e leaves
-(a converged host) runs first in its lane; its own prepare step still brings the host
-to the state it needs from any state, so order saves time and never decides an outcome.
+kf-node-2 resets and converges kf-node-2 only). The shared 3-host fleet goes through two
+phases: phase 1 runs the suites that need the whole fleet (the e2e from bare hosts
+first), phase 2 gives each of its hosts a lane. Beside the phases, from start to end, run
+the lanes that touch none of its hosts: "local" (no sim host) and "large" (a fleet of its
+own, twelve hosts in their own inventory), at a lower CPU priority so that the shared
+fleet's lanes, the run's critical path, come first. A suite that can use the state the
+e2e leaves (a converged host) runs first in its lane; its own prepare step still brings
+the host to the state it needs from any state, so order saves time and never decides an
+outcome.
 
     .venv/bin/python tests/suites.py                 # everything (make test)
     .venv/bin/python tests/suites.py --list          # suites, lanes, recorded times
@@ -52,14 +55,17 @@ class Suite:
         self.name, self.lane, self.paths, self.marks = name, lane, paths, marks
         self.timeout, self.command = timeout, command
         self.result = None
+        # Background suites yield the CPU to the shared fleet's lanes (see BACKGROUND).
+        self.nice = 0
 
 
-# Phase 1: the lane that owns the whole fleet, beside the lane that needs no sim host.
-# Phase 2: one lane per sim host.
+# The shared 3-host fleet's phases. Phase 1: the lane that owns the whole fleet. Phase 2:
+# one lane per sim host.
 PHASES = [
     [
         # The sim fleet as a whole (SSH with checked keys, the inventory, sim-up's
-        # idempotence and refusals): cheap, and sim-up must not race another lane's reset.
+        # idempotence and refusals, a second fleet beside the shared one): cheap, and
+        # sim-up 3 must not race a host lane's reset.
         Suite("sim-kit", "fleet", ["tests/sim/test_fleet.py"]),
         # From bare hosts through every stage, then the operator's checks; it leaves the
         # three hosts converged and serving, which the suites after it reuse.
@@ -75,22 +81,6 @@ PHASES = [
         # the builder's registry; then the registry's binding and client certificates, a
         # re-run that moves nothing, a host cut off mid-distribution and resumed.
         Suite("molecule-image", "fleet", [scenario("image"), "tests/image/test_image_distribution_sim.py"]),
-        Suite("lint", "local", [], command=["make", "--no-print-directory", "lint"]),
-        Suite("unit", "local", ["tests"], marks=FAST),
-        # The bench against local stand-in servers (aiperf from the bench venv, no sim
-        # host): counters, a host dying mid-bench, check mode, the open-files refusal, and
-        # the stand-in's queueing, prefill cost, counters and tokenizer.
-        Suite("bench-local", "local", ["tests/bench/test_bench_local.py", "tests/bench/test_standin_for_bench.py"],
-              timeout=1200),
-        # The report page in headless Chromium (rendered from a recorded run; no fleet).
-        Suite("bench-page", "local", ["tests/bench/test_bench_page.py"], timeout=600),
-        Suite("carry-over-local", "local", ["tests/integration"]),
-        Suite("preflight-local", "local", ["tests/preflight/test_host_checks_local.py"]),
-        # The stand-in vendor stack installed for real in a CPython 3.10 venv, and proved.
-        Suite("standin-stack", "local", ["tests/artifacts", "tests/unit"]),
-        # A real image build on the sim fleet's engine (no sim host).
-        Suite("image-engine", "local", ["tests/image/test_image_engine.py", "tests/image/test_image_inputs.py",
-                                              "tests/image/test_patch_step.py"]),
     ],
     [
         # kf-node-1: serve and gateway first (the e2e left the host converged).
@@ -118,13 +108,36 @@ PHASES = [
         Suite("engine-sources", "kf-node-3", ["tests/engine"]),
         Suite("serve-bad-input", "kf-node-3", ["tests/serving/test_serve_bad_input_sim.py"]),
     ],
-    [
-        # Phase 3, alone: twelve sim hosts (nine new beside the three converged ones), the
-        # stages that grow with the number of hosts, then back to three.
-        Suite("fleet-large", "fleet", ["tests/scale"], timeout=1500),
-    ],
 ]
-ALL = [s for phase in PHASES for s in phase]
+
+# Beside the phases, from the start to the end of the run: the lanes that touch none of
+# the shared fleet's hosts. They run at a lower CPU priority (nice 5), so the shared
+# fleet's lanes, which make the run's critical path, take the cores first and these
+# fill what those leave idle (about a fifth of the machine, measured).
+BACKGROUND = [
+    Suite("lint", "local", [], command=["make", "--no-print-directory", "lint"]),
+    Suite("unit", "local", ["tests"], marks=FAST),
+    # The bench against local stand-in servers (aiperf from the bench venv, no sim
+    # host): counters, a host dying mid-bench, check mode, the open-files refusal, and
+    # the stand-in's queueing, prefill cost, counters and tokenizer.
+    Suite("bench-local", "local", ["tests/bench/test_bench_local.py", "tests/bench/test_standin_for_bench.py"],
+          timeout=1200),
+    # The report page in headless Chromium (rendered from a recorded run; no fleet).
+    Suite("bench-page", "local", ["tests/bench/test_bench_page.py"], timeout=600),
+    Suite("carry-over-local", "local", ["tests/integration"]),
+    Suite("preflight-local", "local", ["tests/preflight/test_host_checks_local.py"]),
+    # The stand-in vendor stack installed for real in a CPython 3.10 venv, and proved.
+    Suite("standin-stack", "local", ["tests/artifacts", "tests/unit"]),
+    # A real image build on the sim fleet's engine (no sim host).
+    Suite("image-engine", "local", ["tests/image/test_image_engine.py", "tests/image/test_image_inputs.py",
+                                          "tests/image/test_patch_step.py"]),
+    # The large lane: a fleet of its own (twelve bare hosts, kf-node-21..32, in their own
+    # inventory), the stages that grow with the number of hosts, removed at the end.
+    Suite("fleet-large", "large", ["tests/scale"], timeout=1500),
+]
+for _suite in BACKGROUND:
+    _suite.nice = 5
+ALL = [s for phase in PHASES for s in phase] + BACKGROUND
 
 
 def log(msg):
@@ -204,6 +217,34 @@ def machine_problems():
 
 
 # ---------------------------------------------------------------- running
+def wait_with_cpu(proc, timeout):
+    """(returncode or "timeout", CPU seconds): the user and system time of the suite's
+    process and every descendant it waited for (pytest, ansible-playbook and its workers,
+    ssh clients). What runs inside the sim hosts is not in it (see machine_cpu)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return proc.returncode, usage.ru_utime + usage.ru_stime
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, 9)
+            _, _, usage = os.wait4(proc.pid, 0)
+            proc.returncode = -9
+            return "timeout", usage.ru_utime + usage.ru_stime
+        time.sleep(0.5)
+
+
+def machine_cpu():
+    """(busy, total) CPU seconds of the whole machine since boot (/proc/stat). A phase's
+    difference says how busy the cores were; what the suites' own processes did not use
+    of it ran in the sim hosts, their engine and the kernel."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    with open("/proc/stat") as fh:
+        fields = [int(v) for v in fh.readline().split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / ticks, sum(fields) / ticks
+
+
 def run_suite(suite):
     REPORTS.mkdir(parents=True, exist_ok=True)
     out, events = REPORTS / (suite.name + ".log"), REPORTS / (suite.name + ".jsonl")
@@ -213,23 +254,22 @@ def run_suite(suite):
     env = dict(os.environ, KF_STRICT_SKIPS="1", KF_SUITE_LOG=str(events), PYTHONUNBUFFERED="1",
                PATH="%s:%s" % (ROOT / ".venv" / "bin", os.environ.get("PATH", "")))
     cmd = suite.command or [PYTEST, "-p", "no:cacheprovider", "-q", "-m", suite.marks, *suite.paths]
-    log("start %s (lane %s)" % (suite.name, suite.lane))
+    if suite.nice:
+        cmd = ["nice", "-n", str(suite.nice), *cmd]
+    log("start %s (lane %s%s)" % (suite.name, suite.lane, ", nice %d" % suite.nice if suite.nice else ""))
     started = time.monotonic()
     with open(out, "w") as fh:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
-        try:
-            rc = proc.wait(timeout=suite.timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()
-            rc = "timeout"
+        rc, cpu = wait_with_cpu(proc, suite.timeout)
+        if rc == "timeout":
             fh.write("\n[suites] %s killed after its timeout of %d s\n" % (suite.name, suite.timeout))
     wall = time.monotonic() - started
     suite.result = summarize(suite, rc, wall, events)
+    suite.result["cpu"] = cpu
     r = suite.result
-    log("done  %s: %s in %.0f s (%d passed, %d failed, %d skipped)" % (
-        suite.name, r["result"], wall, r["passed"], r["failed"], r["skipped"]))
+    log("done  %s: %s in %.0f s, %.0f s of CPU (%d passed, %d failed, %d skipped)" % (
+        suite.name, r["result"], wall, cpu, r["passed"], r["failed"], r["skipped"]))
     if r["result"] != "ok":
         tail = out.read_text(errors="replace").splitlines()[-60:]
         log("%s failed; the last lines of %s:\n    %s" % (suite.name, out.relative_to(ROOT), "\n    ".join(tail)))
@@ -255,7 +295,8 @@ def summarize(suite, rc, wall, events):
                 result="ok" if ok else ("TIMEOUT" if rc == "timeout" else "FAILED"))
 
 
-def run_lanes(suites):
+def start_lanes(suites):
+    """One thread per lane, started; the caller joins them."""
     lanes = {}
     for s in suites:
         lanes.setdefault(s.lane, []).append(s)
@@ -271,17 +312,16 @@ def run_lanes(suites):
     threads = [threading.Thread(target=lane, args=(ss,), name=name) for name, ss in lanes.items()]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    return threads
 
 
 # ---------------------------------------------------------------- the report
-def report(suites, phase_walls, total, recorded):
-    rows = [("suite", "lane", "wall", "recorded", "tests", "passed", "failed", "skipped", "result")]
+def report(suites, spans, total, recorded):
+    rows = [("suite", "lane", "wall", "recorded", "cpu", "tests", "passed", "failed", "skipped", "result")]
     for s in suites:
         r = s.result
         rows.append((s.name, s.lane, "%.0f s" % r["wall"],
-                     "%.0f s" % recorded[s.name] if s.name in recorded else "-",
+                     "%.0f s" % recorded[s.name] if s.name in recorded else "-", "%.0f s" % r.get("cpu", 0),
                      "-" if r["tests"] is None else str(r["tests"]), str(r["passed"]), str(r["failed"]),
                      str(r["skipped"]), r["result"]))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -291,8 +331,12 @@ def report(suites, phase_walls, total, recorded):
         if i == 0:
             print("  ".join("-" * w for w in widths))
     serial = sum(s.result["wall"] for s in suites)
-    print("\nphases: %s; total %.0f s (%.1f min); the suites one after another would take %.0f s"
-          % ("; ".join("%d: %.0f s" % (i + 1, w) for i, w in enumerate(phase_walls)), total, total / 60, serial))
+    print("\n%s; total %.0f s (%.1f min); the suites one after another would take %.0f s"
+          % ("; ".join("%s: %.0f s%s" % (name, wall, "" if busy is None else ", machine %.0f%% busy" % busy)
+                       for name, wall, busy in spans),
+             total, total / 60, serial))
+    print("cpu: the user and system seconds of each suite's own processes (pytest, ansible and its workers, "
+          "ssh); the rest of a busy machine is the sim hosts, their engine and the kernel.")
     skips = [(s.name, nodeid, reason) for s in suites for nodeid, reason in s.result["skips"]]
     print("\n=== skipped tests: %d ===" % len(skips))
     for name, nodeid, reason in skips:
@@ -323,11 +367,11 @@ def main(argv=None):
     if wanted and wanted - {s.name for s in ALL}:
         raise SystemExit("unknown suite(s): %s; see --list" % ", ".join(sorted(wanted - {s.name for s in ALL})))
     if args.list:
-        for i, phase in enumerate(PHASES):
-            for s in phase:
-                print("phase %d  %-10s  %-20s  %6s  %s" % (i + 1, s.lane, s.name,
-                                                         "%.0f s" % recorded[s.name] if s.name in recorded else "-",
-                                                         " ".join(s.command or s.paths)))
+        placed = [("phase %d" % (i + 1), s) for i, phase in enumerate(PHASES) for s in phase]
+        for where, s in placed + [("beside", s) for s in BACKGROUND]:
+            print("%-8s  %-10s  %-20s  %6s  %s" % (where, s.lane, s.name,
+                                                  "%.0f s" % recorded[s.name] if s.name in recorded else "-",
+                                                  " ".join(s.command or s.paths)))
         return 0
     problems = machine_problems()
     if problems:
@@ -338,18 +382,36 @@ def main(argv=None):
         (REPORTS / "summary.txt").unlink()
     log("%d tests in %d suites" % (sum(counts.values()), len(counts)))
     started = time.monotonic()
-    phase_walls, ran = [], []
+    spans, ran = [], []
+
+    def busy_since(mark):
+        busy, all_ = machine_cpu()
+        return 100.0 * (busy - mark[0]) / max(all_ - mark[1], 1e-9)
+
+    run_start = machine_cpu()
+    background = [s for s in BACKGROUND if wanted is None or s.name in wanted]
+    if background:
+        log("beside the phases: lanes %s" % ", ".join(sorted({s.lane for s in background})))
+    threads = start_lanes(background)
     for i, phase in enumerate(PHASES):
         suites = [s for s in phase if wanted is None or s.name in wanted]
         if not suites:
             continue
-        t0 = time.monotonic()
+        t0, mark = time.monotonic(), machine_cpu()
         log("phase %d: lanes %s" % (i + 1, ", ".join(sorted({s.lane for s in suites}))))
-        run_lanes(suites)
-        phase_walls.append(time.monotonic() - t0)
+        for t in start_lanes(suites):
+            t.join()
+        spans.append(("phase %d" % (i + 1), time.monotonic() - t0, busy_since(mark)))
         ran += suites
+    for t in threads:
+        t.join()
+    for lane in sorted({s.lane for s in background}):
+        spans.append(("lane %s (beside)" % lane, sum(s.result["wall"] for s in background if s.lane == lane),
+                      None))
+    ran += background
     total = time.monotonic() - started
-    report(ran, phase_walls, total, recorded)
+    spans.append(("the whole run", total, busy_since(run_start)))
+    report(ran, spans, total, recorded)
     if args.record:
         TIMES.write_text(json.dumps({s.name: round(s.result["wall"]) for s in ran}, indent=2, sort_keys=True) + "\n")
     failed = [s.name for s in ran if s.result["result"] != "ok"]

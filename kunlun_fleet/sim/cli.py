@@ -16,7 +16,8 @@ from .config import INVENTORY_DIR, REPO_ROOT, SimError
 
 def _cmd_up(args):
     from . import fleet
-    fleet.up(args.count, args.fault or (), rebuild=args.rebuild, refresh=args.refresh)
+    fleet.up(args.count, args.fault or (), rebuild=args.rebuild, refresh=args.refresh, first=args.first,
+             inventory=args.inventory)
     _build_bundle()
     _print_status()
     return 0
@@ -24,7 +25,13 @@ def _cmd_up(args):
 
 def _cmd_down(args):
     from . import fleet
-    fleet.down(purge=args.purge)
+    if args.inventory:
+        if args.purge:
+            raise SimError("sim-down --inventory DIR removes one fleet; --purge (images and engine data) "
+                           "is for the whole sim: drop one of the two")
+        fleet.down_fleet(args.inventory)
+    else:
+        fleet.down(purge=args.purge)
     return 0
 
 
@@ -64,7 +71,9 @@ def _print_status(as_json=False):
             print("%65s LV loops: %s" % ("", " ".join(row["kit_loops"])))
         if row["faults"]:
             print("%65s faults: %s" % ("", " ".join("%s=%s" % kv for kv in sorted(row["faults"].items()))))
-    print("inventory: %s" % INVENTORY_DIR)
+    for inventory in sorted({row["inventory"] for row in info["hosts"]}):
+        names = [row["host"] for row in info["hosts"] if row["inventory"] == inventory]
+        print("inventory: %s (%s)" % (inventory, ", ".join(names)))
 
 
 def _cmd_status(args):
@@ -170,10 +179,17 @@ def register(subparsers):
     p.add_argument("--rebuild", action="store_true", help="rebuild the sim-host image")
     p.add_argument("--refresh", action="store_true",
                    help="recreate hosts that run an older image than the current kit's")
+    p.add_argument("--first", type=int, default=1, metavar="K",
+                   help="index of the fleet's first host (default 1): hosts kf-node-K..K+N-1")
+    p.add_argument("--inventory", default=INVENTORY_DIR, metavar="DIR",
+                   help="the fleet's inventory directory (default inventories/sim); another directory "
+                        "is another fleet beside it, on its own range of hosts")
     p.set_defaults(func=_guarded(_cmd_up))
 
     p = subparsers.add_parser("sim-down", help="remove the sim hosts, their disks, network and rules")
     p.add_argument("--purge", action="store_true", help="also remove the images and the engine's data")
+    p.add_argument("--inventory", metavar="DIR",
+                   help="remove only the fleet of this inventory (the engine and other fleets stay)")
     p.set_defaults(func=_guarded(_cmd_down))
 
     p = subparsers.add_parser("sim-status", help="show the sim hosts")

@@ -1,5 +1,11 @@
 """The simulated fleet: sim-up / sim-status / sim-down / sim-reset.
 
+One sim engine can hold more than one fleet: a fleet is an inventory directory and the
+range of host indexes it owns (`sim-up N --first K --inventory DIR`). The default fleet
+is hosts 1..N in the repository's inventories/sim; another fleet (the large test lane's
+twelve hosts, say) lives beside it without either one's sim-up, sim-reset or sim-down
+touching the other's hosts.
+
 A sim host is a container booting systemd (not --privileged: the machine's bounding set
 lacks CAP_SYS_RESOURCE) on the project bridge network with a fixed address, reached over
 SSH with a generated key and checked host keys, with a sparse 14T data disk (a file
@@ -38,6 +44,8 @@ KNOWN_FAULTS = {
     "docker_content": "kit: /var/lib/docker seeded with a named volume holding data",
 }
 BOOT_TIMEOUT = 180
+# Host addresses are 172.31.250.(10 + index) in a /24.
+MAX_INDEX = 240
 # Hosts created at once by sim-up (docker create/cp/start and a disk file each).
 CREATE_WORKERS = 6
 
@@ -76,9 +84,30 @@ def parse_fault(text, default_host=None):
     return index, name, value
 
 
-def override_faults(index):
-    """sim_faults from inventories/sim/host_vars/<host>/faults.yml (kept by sim-up)."""
-    path = os.path.join(INVENTORY_DIR, "host_vars", host_name(index), "faults.yml")
+# ---------------------------------------------------------------- which fleet a host is in
+def fleet_key(inventory):
+    """"" for the repository's sim inventory (whichever checkout runs the command: a CI
+    clone takes over the hosts a developer's checkout made), else the inventory's path."""
+    path = os.path.abspath(inventory)
+    return "" if path == INVENTORY_DIR else path
+
+
+def inventory_dir(key):
+    return key or INVENTORY_DIR
+
+
+def owner(index, existing=None, state=None):
+    """The fleet key of host ``index``: its container's label, else the state file's record."""
+    item = (existing or {}).get(index)
+    if item is not None:
+        return (item["Config"]["Labels"] or {}).get(LABEL + ".fleet", "")
+    record = (state if state is not None else load_state()).get("hosts", {}).get(str(index)) or {}
+    return record.get("fleet", "")
+
+
+def override_faults(index, inventory=INVENTORY_DIR):
+    """sim_faults from <inventory>/host_vars/<host>/faults.yml (kept by sim-up)."""
+    path = os.path.join(inventory, "host_vars", host_name(index), "faults.yml")
     if not os.path.exists(path):
         return None
     with open(path) as fh:
@@ -174,7 +203,7 @@ def remove_container(index):
         docker("rm", "-f", "-v", name, check=False, timeout=120)
 
 
-def create_host(index, tag, faults, pubkey):
+def create_host(index, tag, faults, pubkey, fleet=""):
     name = container_name(index)
     remove_container(index)
     dev = make_disk(index, faults)
@@ -186,6 +215,7 @@ def create_host(index, tag, faults, pubkey):
         "--label", LABEL + "=1", "--label", LABEL + ".token=" + token,
         "--label", LABEL + ".faults=" + json.dumps(faults, sort_keys=True),
         "--label", LABEL + ".disk=" + disk_path(index),
+        "--label", LABEL + ".fleet=" + fleet,
         "--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE",
         "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
         "--security-opt", "systempaths=unconfined",
@@ -205,7 +235,7 @@ def create_host(index, tag, faults, pubkey):
         dirs=[("root/.ssh", 0o700)])
     docker("cp", "-", name + ":/", input=payload)
     docker("start", name)
-    return {"index": index, "token": token, "faults": faults, "image": tag,
+    return {"index": index, "token": token, "faults": faults, "image": tag, "fleet": fleet,
             "disk": disk_path(index), "loop": dev, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
@@ -249,7 +279,8 @@ def host_keys(index):
 
 
 def ssh_cmd(index, *command):
-    return ["ssh", "-i", SSH_KEY, "-o", "UserKnownHostsFile=" + known_hosts_path(),
+    known_hosts = known_hosts_path(inventory_dir(owner(index)))
+    return ["ssh", "-i", SSH_KEY, "-o", "UserKnownHostsFile=" + known_hosts,
             "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
             "-o", "ControlMaster=no", "-o", "ControlPath=none",
             "root@" + host_address(index)] + list(command)
@@ -321,10 +352,10 @@ def apply_old_driver(index, version):
 
 
 # ---------------------------------------------------------------- inventory
-def known_hosts_path():
+def known_hosts_path(inventory=INVENTORY_DIR):
     # In a hidden directory: Ansible would try to parse a plain file of an inventory
     # directory as an inventory source, but always skips hidden entries.
-    return os.path.join(INVENTORY_DIR, ".ssh", "known_hosts")
+    return os.path.join(inventory, ".ssh", "known_hosts")
 
 
 def _atomic_write(path, text):
@@ -365,10 +396,10 @@ gateway_install_from: bundle
 """ % BUNDLE_DIR
 
 
-def write_inventory(indexes, keys):
+def write_inventory(indexes, keys, inventory=INVENTORY_DIR):
     """hosts.yml, host_vars/<host>.yml, known_hosts and group_vars/all/connection.yml
-    (and the static group_vars/all/sim.yml when a checkout lacks it)."""
-    static = os.path.join(INVENTORY_DIR, "group_vars", "all", "sim.yml")
+    (and the static group_vars/all/sim.yml when a checkout or another fleet lacks it)."""
+    static = os.path.join(inventory, "group_vars", "all", "sim.yml")
     if not os.path.exists(static):
         _atomic_write(static, STATIC_VARS)
     indexes = sorted(indexes)
@@ -380,16 +411,16 @@ def write_inventory(indexes, keys):
         xpu, gateways = names[:-1], names[-1:]
     else:
         xpu, gateways = names, names[:1]
-    inventory = {"all": {"children": {
+    groups = {"all": {"children": {
         "xpu_servers": {"hosts": {n: None for n in xpu}},
         "image_builders": {"hosts": {names[0]: None}} if names else {"hosts": {}},
         "gateways": {"hosts": {n: None for n in gateways}},
     }}}
-    _atomic_write(os.path.join(INVENTORY_DIR, "hosts.yml"),
+    _atomic_write(os.path.join(inventory, "hosts.yml"),
                   GENERATED + "# The simulated fleet: %d host(s). Static settings: group_vars/all/sim.yml.\n---\n"
-                  % count + _yaml(inventory)
+                  % count + _yaml(groups)
                   .replace(": null", ":"))
-    hv_dir = os.path.join(INVENTORY_DIR, "host_vars")
+    hv_dir = os.path.join(inventory, "host_vars")
     os.makedirs(hv_dir, exist_ok=True)
     for name in os.listdir(hv_dir):
         if name.endswith(".yml") and name.startswith(host_name(0)[:-1]) and name[:-4] not in names:
@@ -405,7 +436,7 @@ def write_inventory(indexes, keys):
     for index in indexes:
         for key in keys.get(index, []):
             lines.append("%s,%s %s" % (host_address(index), host_name(index), key))
-    _atomic_write(known_hosts_path(), "".join(l + "\n" for l in lines))
+    _atomic_write(known_hosts_path(inventory), "".join(l + "\n" for l in lines))
     cas = sorted(os.path.join("/usr/local/share/ca-certificates", n)
                  for n in os.listdir("/usr/local/share/ca-certificates")
                  if n.endswith(".crt")) if os.path.isdir("/usr/local/share/ca-certificates") else []
@@ -413,27 +444,27 @@ def write_inventory(indexes, keys):
         "ansible_user": "root",
         "ansible_python_interpreter": "/usr/bin/python3",
         "ansible_ssh_private_key_file": SSH_KEY,
-        "ansible_ssh_common_args": "-o UserKnownHostsFile=%s -o StrictHostKeyChecking=yes" % known_hosts_path(),
+        "ansible_ssh_common_args": "-o UserKnownHostsFile=%s -o StrictHostKeyChecking=yes" % known_hosts_path(inventory),
     }
-    _atomic_write(os.path.join(INVENTORY_DIR, "group_vars", "all", "connection.yml"),
+    _atomic_write(os.path.join(inventory, "group_vars", "all", "connection.yml"),
                   GENERATED + "# How Ansible reaches the sim hosts: the key in the sim home, host keys\n"
                   "# checked against the known_hosts sim-up wrote from the hosts' own keys.\n---\n"
                   + _yaml(connection))
-    _atomic_write(os.path.join(INVENTORY_DIR, "group_vars", "all", "machine.yml"),
+    _atomic_write(os.path.join(inventory, "group_vars", "all", "machine.yml"),
                   GENERATED + "# This machine's extra CA certificates (its egress proxy's), trusted on\n"
                   "# the sim hosts the way the product trusts any extra CA (ca_trust_ role).\n---\n"
                   + _yaml({"ca_trust_certificates": cas}))
     # The fleet's API key, made once and kept (ansible-vault) across sim-up runs.
     from kunlun_fleet import vault
-    vault.ensure_api_key(INVENTORY_DIR)
+    vault.ensure_api_key(inventory)
 
 
-def remove_inventory():
+def remove_inventory(inventory=INVENTORY_DIR):
     for rel in ("hosts.yml", ".ssh/known_hosts", "known_hosts", "group_vars/all/connection.yml", "group_vars/all/machine.yml"):
-        path = os.path.join(INVENTORY_DIR, rel)
+        path = os.path.join(inventory, rel)
         if os.path.exists(path):
             os.unlink(path)
-    hv_dir = os.path.join(INVENTORY_DIR, "host_vars")
+    hv_dir = os.path.join(inventory, "host_vars")
     if os.path.isdir(hv_dir):
         for name in os.listdir(hv_dir):
             if name.startswith(host_name(0)[:-1]) and name.endswith(".yml"):
@@ -471,15 +502,33 @@ def _current_faults(item):
     return json.loads((item["Config"]["Labels"] or {}).get(LABEL + ".faults", "{}"))
 
 
-def up(count, fault_args=(), rebuild=False, refresh=False):
+def _remove_host(index, state):
+    remove_container(index)
+    release_host_disk(index)
+    if os.path.exists(disk_path(index)):
+        os.unlink(disk_path(index))
+    state["hosts"].pop(str(index), None)
+
+
+def up(count, fault_args=(), rebuild=False, refresh=False, first=1, inventory=INVENTORY_DIR):
+    """Hosts first..first+count-1 as the fleet of ``inventory``: made or kept, and the
+    fleet's hosts outside that range removed. Hosts of other fleets are left alone; a
+    range that takes one of theirs is refused before anything changes."""
     if count < 1 or count > 50:
         raise SimError("sim-up N: N must be 1..50 (each host takes ~45 MiB and ~3 GiB of disk)")
+    if first < 1 or first + count - 1 > MAX_INDEX:
+        raise SimError("sim-up N --first K: hosts K..K+N-1 must lie in 1..%d (their addresses are "
+                       "172.31.250.(10+index)); got %d..%d" % (MAX_INDEX, first, first + count - 1))
+    wanted = list(range(first, first + count))
+    key = fleet_key(inventory)
+    inventory = inventory_dir(key)
     start = time.time()
     cli_faults = {}
     for text in fault_args:
         index, name, value = parse_fault(text)
-        if index > count:
-            raise SimError("fault %r names host %d but the fleet has %d" % (text, index, count))
+        if index not in wanted:
+            raise SimError("fault %r names %s, which is not in this fleet (%s..%s)"
+                           % (text, host_name(index), host_name(wanted[0]), host_name(wanted[-1])))
         cli_faults.setdefault(index, {})[name] = value
     with locked():
         engine.ensure_engine()
@@ -488,21 +537,25 @@ def up(count, fault_args=(), rebuild=False, refresh=False):
         pubkey = ensure_key()
         state = load_state()
         existing = containers()
-        # Hosts beyond N, and stale ones, go first (their loops are global).
-        for index in sorted(set(existing) | {int(k) for k in state.get("hosts", {})}):
-            if index > count:
-                log("removing %s (fleet is now %d hosts)" % (host_name(index), count))
-                remove_container(index)
-                release_host_disk(index)
-                if os.path.exists(disk_path(index)):
-                    os.unlink(disk_path(index))
-                state["hosts"].pop(str(index), None)
+        known = set(existing) | {int(k) for k in state.get("hosts", {})}
+        taken = [i for i in wanted if i in known and owner(i, existing, state) != key]
+        if taken:
+            other = inventory_dir(owner(taken[0], existing, state))
+            raise SimError("%s belong(s) to the sim fleet of inventory %s. Pick another range "
+                           "(--first) or remove that fleet first: sim-down --inventory %s"
+                           % (", ".join(host_name(i) for i in taken), other, other))
+        # This fleet's hosts outside the range go first (their loops are global).
+        for index in sorted(known):
+            if index not in wanted and owner(index, existing, state) == key:
+                log("removing %s (the fleet is now %s..%s)" % (host_name(index), host_name(wanted[0]),
+                                                                host_name(wanted[-1])))
+                _remove_host(index, state)
         todo, outdated = [], []
-        for index in range(1, count + 1):
+        for index in wanted:
             item = existing.get(index)
             faults = cli_faults.get(index)
             if faults is None:
-                faults = override_faults(index)
+                faults = override_faults(index, inventory)
             if faults is None:
                 faults = _current_faults(item)
             reason = _healthy(index, item, tag, faults, refresh)
@@ -515,7 +568,7 @@ def up(count, fault_args=(), rebuild=False, refresh=False):
         # a 12-host lane starts in about the time of a few hosts, not twelve.
         # A host that fails to be created does not lose the record of those that were.
         with ThreadPoolExecutor(max_workers=CREATE_WORKERS) as pool:
-            futures = [(index, pool.submit(create_host, index, tag, faults, pubkey)) for index, faults in todo]
+            futures = [(index, pool.submit(create_host, index, tag, faults, pubkey, key)) for index, faults in todo]
         errors = []
         for index, future in futures:
             if future.exception():
@@ -525,18 +578,18 @@ def up(count, fault_args=(), rebuild=False, refresh=False):
         save_state(state)
         if errors:
             raise SimError("creating hosts failed:\n" + "\n".join(errors))
-        for index in range(1, count + 1):
+        for index in wanted:
             if str(index) not in state["hosts"] and index in existing:
                 item = existing[index]
                 state["hosts"][str(index)] = {"index": index, "faults": _current_faults(item),
-                                              "image": tag, "disk": disk_path(index),
+                                              "image": tag, "disk": disk_path(index), "fleet": key,
                                               "token": item["Config"]["Labels"].get(LABEL + ".token")}
         save_state(state)
-        indexes = list(range(1, count + 1))
+        indexes = wanted
         with ThreadPoolExecutor(max_workers=max(8, count)) as pool:
             states = dict(zip(indexes, pool.map(wait_ready, indexes)))
         keys = {i: host_keys(i) for i in indexes}
-        write_inventory(indexes, keys)
+        write_inventory(indexes, keys, inventory)
         drop_control_masters([i for i, _ in todo])
         for index, faults in todo:
             version = faults.get("xpu_old_driver")
@@ -549,8 +602,8 @@ def up(count, fault_args=(), rebuild=False, refresh=False):
     if outdated:
         log("note: %s run(s) an older sim-host image (the kit changed since); they are kept. "
             "Use `sim-up %d --refresh` or `sim-reset HOST` to recreate them." % (", ".join(outdated), count))
-    log("fleet of %d up in %.1f s (%d (re)created): %s" % (
-        count, time.time() - start, len(todo),
+    log("fleet of %d up in %.1f s (%d (re)created)%s: %s" % (
+        count, time.time() - start, len(todo), "" if not key else ", inventory " + inventory,
         ", ".join("%s=%s" % (host_name(i), states[i]) for i in indexes)))
     return {"created": [i for i, _ in todo], "hosts": indexes}
 
@@ -573,19 +626,20 @@ def reset(host, fault_args=()):
         ensure_network()
         pubkey = ensure_key()
         state = load_state()
+        key = owner(index, existing, state)
         log("resetting %s with a fresh disk%s" % (
             host_name(index), (" and faults " + ",".join("%s=%s" % kv for kv in sorted(faults.items()))) if faults else ""))
-        state["hosts"][str(index)] = create_host(index, tag, faults, pubkey)
+        state["hosts"][str(index)] = create_host(index, tag, faults, pubkey, key)
         save_state(state)
         wait_ready(index)
-        indexes = sorted(set(existing) | {index})
+        indexes = sorted({i for i in existing if owner(i, existing, state) == key} | {index})
         keys = {}
         for i in indexes:
             try:
                 keys[i] = host_keys(i)
             except SimError:
                 keys[i] = []
-        write_inventory(indexes, keys)
+        write_inventory(indexes, keys, inventory_dir(key))
         drop_control_masters([index])
         if faults.get("xpu_old_driver"):
             apply_old_driver(index, faults["xpu_old_driver"])
@@ -595,14 +649,35 @@ def reset(host, fault_args=()):
     log("%s reset in %.1f s" % (host_name(index), time.time() - start))
 
 
+def down_fleet(inventory):
+    """Remove one fleet (its hosts, their disks and kit loops, its inventory's generated
+    files); the engine, the network and every other fleet stay."""
+    key = fleet_key(inventory)
+    with locked():
+        state = load_state()
+        existing = containers() if engine.engine_answers() else {}
+        mine = sorted(i for i in set(existing) | {int(k) for k in state.get("hosts", {})}
+                      if owner(i, existing, state) == key)
+        for name in loopdev.kit_loops([container_name(i) for i in mine]) if mine else []:
+            loopdev.detach(name)
+        for index in mine:
+            log("removing %s" % host_name(index))
+            _remove_host(index, state)
+        remove_inventory(inventory_dir(key))
+        save_state(state)
+    log("sim fleet of %s removed (%d host(s)); other fleets and the engine kept" % (inventory_dir(key), len(mine)))
+
+
 def down(purge=False):
     with locked():
         state = load_state()
+        fleets = {""} | {h.get("fleet", "") for h in state.get("hosts", {}).values()}
         answering = engine.engine_answers()
         indexes = set(int(k) for k in state.get("hosts", {}))
         if answering:
             existing = containers()
             indexes |= set(existing)
+            fleets |= {owner(i, existing) for i in existing}
             for index in sorted(existing):
                 log("removing %s" % container_name(index))
                 remove_container(index)
@@ -623,7 +698,8 @@ def down(purge=False):
             release_host_disk(index)
             if os.path.exists(disk_path(index)):
                 os.unlink(disk_path(index))
-        remove_inventory()
+        for key in sorted(fleets):
+            remove_inventory(inventory_dir(key))
         save_state({"hosts": {}})
         others = docker("ps", "-q", check=False).stdout.split() if answering else []
         if purge:
@@ -647,7 +723,9 @@ def status():
         return {"engine": "stopped", "hosts": rows}
     state = load_state()
     tag = image.image_tag()
-    for index, item in sorted(containers().items()):
+    existing = containers()
+    for index, item in sorted(existing.items()):
+        inventory = inventory_dir(owner(index, existing))
         running = item["State"]["Running"]
         devices = item["HostConfig"].get("Devices") or []
         loop = next((d["PathOnHost"] for d in devices if d["PathInContainer"] == DISK_DEVICE), "-")
@@ -658,7 +736,8 @@ def status():
             "host": host_name(index), "container": container_name(index),
             "address": host_address(index), "state": item["State"]["Status"],
             "systemd": systemd_state(index) if running else "-",
-            "ssh": ("ok" if ssh_ok(index) else "FAIL") if running and os.path.exists(known_hosts_path()) else "-",
+            "ssh": ("ok" if ssh_ok(index) else "FAIL") if running and os.path.exists(known_hosts_path(inventory)) else "-",
+            "inventory": inventory,
             "disk": "%s=%s (%s file, %.1f GiB used)" % (DISK_DEVICE, loop, DISK_SIZE, used / 2.0 ** 30),
             "kit_loops": ["/dev/" + k for k in kit],
             "faults": _current_faults(item),

@@ -1,11 +1,12 @@
-"""The large lane: twelve sim hosts (eleven serving hosts and a dedicated gateway host, as
-`sim-up` lays out five hosts and more), for what scales with the number of hosts.
+"""The large lane: a fleet of its own, twelve bare sim hosts (kf-node-21..32: eleven serving
+hosts and a dedicated gateway host, as `sim-up` lays out five hosts and more) in their own
+inventory, for what scales with the number of hosts.
 
-From the three hosts the earlier suites leave (in whatever state they are) and nine bare
-ones: preflight, storage and driver on all of them in one run, then an unchanged re-run of
-the same stages (changed=0 on every host). The fleet's start time and memory go to
-reports/fleet-large.json (the figures the closing notes quote). At the end the fleet goes
-back to the shared three hosts."""
+Preflight, storage and driver on all of them in one run, then an unchanged re-run of the
+same stages (changed=0 on every host). The fleet's start time and memory go to
+reports/fleet-large.json (the figures the closing notes quote). Being a fleet of its own,
+it runs beside the suites of the shared three hosts (tests/suites.py); at the end it is
+removed and the shared fleet is left as it was."""
 
 import json
 import os
@@ -17,12 +18,16 @@ from pathlib import Path
 import pytest
 
 from kunlun_fleet.sim import engine as sim_engine
-from kunlun_fleet.sim.config import host_address, host_name
+from kunlun_fleet.sim.config import SIM_HOME, container_name, host_name
 from kunlun_fleet.sim.testing import recap, sim, ssh
 
 ROOT = Path(__file__).resolve().parents[2]
 COUNT = 12
-SERVING = ["kf-node-%d" % i for i in range(1, COUNT)]
+FIRST = 21
+INDEXES = list(range(FIRST, FIRST + COUNT))
+SERVING = [host_name(i) for i in INDEXES[:-1]]
+# Outside the repository: generated, and shared by every checkout's run of this lane.
+INVENTORY = os.path.join(SIM_HOME, "fleets", "large")
 # What grows with the number of hosts and needs no serving stack: the engine's package
 # install (minutes of dpkg per host on this 2-core machine) is left to the 3-host suites.
 STAGES = ["playbooks/preflight.yml", "playbooks/storage.yml", "playbooks/driver.yml"]
@@ -37,22 +42,26 @@ def stages(*extra):
     play.parent.mkdir(exist_ok=True)
     play.write_text("---\n" + "".join("- name: %s\n  ansible.builtin.import_playbook: %s\n" % (Path(s).stem, ROOT / s)
                                       for s in STAGES))
-    env = vault.vault_env(str(ROOT / "inventories/sim"), dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-                                                              ANSIBLE_NOCOLOR="1"))
+    # This fleet's own vault password (tests/conftest.py sets the shared fleet's for the session).
+    base = {k: v for k, v in os.environ.items() if k != "ANSIBLE_VAULT_PASSWORD_FILE"}
+    env = vault.vault_env(INVENTORY, dict(base, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1"))
     start = time.monotonic()
-    proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", "inventories/sim", str(play), *extra],
+    proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", INVENTORY, str(play), *extra],
                           cwd=ROOT, env=env, text=True, capture_output=True, timeout=2400)
     return time.monotonic() - start, proc.returncode, proc.stdout + proc.stderr
 
 
 def fleet_memory_mib():
-    """Resident memory of every sim host (its container's memory cgroup: v1 total_rss, or
-    v2 anon), read from the cgroup files (the sim engine's `docker stats` shows 0 here)."""
+    """Resident memory of every host of this fleet (its container's memory cgroup: v1
+    total_rss, or v2 anon), read from the cgroup files (the sim engine's `docker stats`
+    shows 0 here)."""
     ids = sim_engine.docker("ps", "--filter", "name=kf-sim-", "--format", "{{.Names}} {{.ID}}",
                             "--no-trunc").stdout.split("\n")
     used = {}
     for line in filter(None, ids):
         name, cid = line.split()
+        if name not in {container_name(i) for i in INDEXES}:
+            continue
         for path, key in (("/sys/fs/cgroup/memory/docker/%s/memory.stat" % cid, "total_rss"),
                           ("/sys/fs/cgroup/docker/%s/memory.stat" % cid, "anon")):
             if os.path.exists(path):
@@ -63,14 +72,15 @@ def fleet_memory_mib():
 
 
 @pytest.fixture(scope="module")
-def large_fleet(sim_fleet):
+def large_fleet():
+    # Bare hosts every time: what an earlier session left of this fleet goes first.
+    sim("sim-down", "--inventory", INVENTORY)
     start = time.monotonic()
-    proc = sim("sim-up", str(COUNT))
+    proc = sim("sim-up", str(COUNT), "--first", str(FIRST), "--inventory", INVENTORY)
     figures = {"hosts": COUNT, "sim_up_s": round(time.monotonic() - start, 1),
                "memory_mib_after_up": {k: round(v, 1) for k, v in fleet_memory_mib().items()}}
     yield {"figures": figures, "sim_up": proc.stdout}
-    # Back to the shared fleet (hosts 4..12 removed, kf-node-1 the gateway host again).
-    sim("sim-up", "3")
+    sim("sim-down", "--inventory", INVENTORY)
 
 
 def keep(figures):
@@ -80,12 +90,14 @@ def keep(figures):
 
 def test_twelve_hosts_up_and_reachable_with_checked_keys(large_fleet):
     assert "fleet of %d up" % COUNT in large_fleet["sim_up"], large_fleet["sim_up"][-2000:]
-    hosts = (ROOT / "inventories/sim/hosts.yml").read_text()
+    hosts = Path(INVENTORY, "hosts.yml").read_text()
     # Eleven serving hosts; the twelfth is the gateway host only.
     for name in SERVING:
         assert "%s:" % name in hosts
-    assert re.search(r"gateways:\n\s+hosts:\n\s+kf-node-12:", hosts), hosts
-    for index in (4, COUNT):
+    assert re.search(r"gateways:\n\s+hosts:\n\s+%s:" % host_name(INDEXES[-1]), hosts), hosts
+    # The shared fleet's inventory does not know these hosts.
+    assert host_name(FIRST) not in (ROOT / "inventories/sim/hosts.yml").read_text()
+    for index in (FIRST, INDEXES[-1]):
         assert ssh(index, "hostname").stdout.strip() == host_name(index)
     memory = large_fleet["figures"]["memory_mib_after_up"]
     assert len(memory) == COUNT, memory
@@ -101,7 +113,7 @@ def test_stages_converge_all_serving_hosts_then_change_nothing(large_fleet):
     assert all(hosts[h]["failed"] == 0 and hosts[h]["unreachable"] == 0 for h in hosts), hosts
     # The new hosts really got the stages: the logical volume mounted at /home with XFS,
     # the driver with every accelerator (its facts file).
-    for index in (4, 8, 11):
+    for index in (INDEXES[0], INDEXES[5], INDEXES[-2]):
         assert ssh(index, "lvs --noheadings -o lv_name data/home").stdout.strip() == "home", index
         assert ssh(index, "findmnt -n -o FSTYPE --mountpoint /home").stdout.strip() == "xfs", index
         fact = json.loads(ssh(index, "cat /etc/ansible/facts.d/xpu.fact").stdout)
@@ -115,4 +127,3 @@ def test_stages_converge_all_serving_hosts_then_change_nothing(large_fleet):
                    rerun_s=round(again, 1), memory_mib_after_stages={k: round(v, 1) for k, v in fleet_memory_mib().items()})
     keep(figures)
     print(json.dumps(figures))
-    assert host_address(COUNT).endswith(".%d" % (10 + COUNT))

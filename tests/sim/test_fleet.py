@@ -45,13 +45,50 @@ def test_inventory_groups_and_disks(sim_fleet):
     assert int(size) == 14 * T
 
 
-def test_sim_up_again_changes_nothing(sim_fleet):
+def shared_hosts():
+    """{container name: id} of the shared fleet's three hosts (another fleet may be
+    coming up beside them: the large lane runs at the same time)."""
     from kunlun_fleet.sim import engine
-    before = engine.docker("ps", "-q", "--no-trunc", "--filter", "label=org.kunlun-fleet.sim").stdout.split()
+    out = engine.docker("ps", "-a", "--no-trunc", "--filter", "label=org.kunlun-fleet.sim",
+                        "--format", "{{.Names}} {{.ID}}").stdout
+    return {n: i for n, i in (l.split() for l in out.splitlines() if l.strip()) if n in ("kf-sim-1", "kf-sim-2", "kf-sim-3")}
+
+
+def test_sim_up_again_changes_nothing(sim_fleet):
+    before = shared_hosts()
     proc = sim("sim-up", "3")
-    after = engine.docker("ps", "-q", "--no-trunc", "--filter", "label=org.kunlun-fleet.sim").stdout.split()
-    assert sorted(before) == sorted(after)
+    assert shared_hosts() == before and len(before) == 3
     assert "(0 (re)created)" in proc.stdout
+
+
+def test_a_second_fleet_lives_beside_the_shared_one(sim_fleet, tmp_path):
+    """Another inventory is another fleet on its own range of hosts: the shared fleet's
+    sim-up leaves it alone, a range that takes the shared fleet's hosts is refused before
+    anything changes, and sim-down --inventory removes that fleet only."""
+    other = str(tmp_path / "other")
+    before = shared_hosts()
+    try:
+        proc = sim("sim-up", "1", "--first", "41", "--inventory", other)
+        assert "inventory %s" % other in proc.stdout
+        hosts = open(os.path.join(other, "hosts.yml")).read()
+        assert "kf-node-41:" in hosts and "kf-node-1:" not in hosts
+        assert "kf-node-41" not in open(os.path.join(INVENTORY, "hosts.yml")).read()
+        # Reached with the other inventory's known_hosts, through the same helpers.
+        assert ssh(41, "hostname").stdout.strip() == "kf-node-41"
+        proc = sim("sim-up", "3")
+        assert "(0 (re)created)" in proc.stdout and "removing kf-node-41" not in proc.stdout
+        assert ssh(41, "true").returncode == 0
+        proc = sim("sim-up", "2", "--first", "3", "--inventory", other, check=False)
+        assert proc.returncode != 0
+        assert "kf-node-3 belong(s) to the sim fleet of inventory %s" % INVENTORY in proc.stdout, proc.stdout
+        assert "sim-down --inventory" in proc.stdout
+        assert ssh(41, "true").returncode == 0  # refused before anything changed
+    finally:
+        sim("sim-down", "--inventory", other)
+    assert not os.path.exists(os.path.join(other, "hosts.yml"))
+    assert ssh(41, "true", check=False).returncode != 0
+    assert shared_hosts() == before
+    assert ansible("all", "-m", "ansible.builtin.ping").returncode == 0
 
 
 def test_kernel_headers_present_without_fault(sim_fleet):
@@ -64,4 +101,4 @@ def test_bad_fault_is_refused_before_anything_changes(sim_fleet):
     assert proc.returncode != 0
     assert "HOST:NAME=VALUE" in proc.stdout
     proc = sim("sim-up", "3", "--fault", "kf-node-9:xpu_devices=7", check=False)
-    assert proc.returncode != 0 and "names host 9" in proc.stdout
+    assert proc.returncode != 0 and "names kf-node-9, which is not in this fleet" in proc.stdout
