@@ -103,8 +103,8 @@ def test_the_budget_names_the_suites_that_grew():
 
 def test_background_lanes_run_beside_the_phases_at_a_lower_priority(tmp_path, monkeypatch, capsys):
     """A background lane starts with phase 1 and may end after phase 2 has started; its
-    suites run niced; every suite's CPU seconds are its own processes' (a busy loop counts,
-    a sleep does not)."""
+    suites run niced; one with ``after`` waits for that suite; every suite's CPU seconds
+    are its own processes' (a busy loop counts, a sleep does not)."""
     def suite(name, lane, code):
         marker = tmp_path / name
         script = ("import os, time\nopen(%r, 'a').write('start %%f nice %%d\\n' %% (time.time(), os.nice(0)))\n%s\n"
@@ -114,7 +114,8 @@ def test_background_lanes_run_beside_the_phases_at_a_lower_priority(tmp_path, mo
     busy = "t = time.process_time()\nwhile time.process_time() - t < 0.6: pass"
     phase1 = [suite("p1", "fleet", "time.sleep(0.5)")]
     phase2 = [suite("p2", "kf-node-1", "time.sleep(0.5)")]
-    beside = [suite("bg", "local", busy + "\ntime.sleep(1.5)")]
+    beside = [suite("bg", "local", busy + "\ntime.sleep(1.5)"), suite("late", "large", "")]
+    beside[1].after = "p1"
     for s in beside:
         s.nice = 5
     monkeypatch.setattr(suites, "PHASES", [phase1, phase2])
@@ -123,15 +124,16 @@ def test_background_lanes_run_beside_the_phases_at_a_lower_priority(tmp_path, mo
     monkeypatch.setattr(suites, "REPORTS", tmp_path / "reports")
     monkeypatch.setattr(suites, "machine_problems", lambda: [])
     monkeypatch.setattr(suites, "check_ownership", lambda ss: {s.name: 1 for s in ss})
-    assert suites.main(["--only", "p1,p2,bg"]) == 0
+    assert suites.main(["--only", "p1,p2,bg,late"]) == 0
 
     def times(name):
         lines = [l.split() for l in (tmp_path / name).read_text().splitlines()]
         return float(lines[0][1]), int(lines[0][3]), float(lines[1][1])
 
-    p1, p2, bg = times("p1"), times("p2"), times("bg")
+    p1, p2, bg, late = times("p1"), times("p2"), times("bg"), times("late")
     assert bg[0] < p1[2], "the background lane did not start with phase 1"
     assert p2[0] < bg[2], "phase 2 waited for the background lane"
+    assert late[0] >= p1[2], "a suite started before the suite it runs after ended"
     assert p1[1] == p2[1] == os.nice(0) and bg[1] == os.nice(0) + 5
     assert beside[0].result["cpu"] >= 0.5 and phase1[0].result["cpu"] < 0.4
     out = capsys.readouterr().out
