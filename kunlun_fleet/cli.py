@@ -1,7 +1,12 @@
 """kunlun-fleet's command line: thin wrappers around the playbooks and the sim fleet.
+deploy, stage and bench run their playbook through kunlun_fleet/runner.py (ansible-runner):
+a live view or ansible-playbook's output, a report per run, exit codes (docs/cli.md).
 
-  kunlun-fleet deploy -i INVENTORY [ansible-playbook args]   site.yml
-  kunlun-fleet stage NAME -i INVENTORY [args]                playbooks/NAME.yml
+  kunlun-fleet deploy -i INVENTORY [--from STAGE | --only STAGE,...] [--limit HOSTS]
+                      [--plain | --json] [ansible-playbook args]      site.yml
+  kunlun-fleet stage NAME -i INVENTORY [--limit HOSTS] [--plain | --json] [args]
+                                                             playbooks/NAME.yml
+  kunlun-fleet runs [show ID]                                the run reports (reports/runs/)
   kunlun-fleet bundle-check DIR                              verify an offline bundle
   kunlun-fleet api-key -i INVENTORY [--show]                 make the fleet's API key once (ansible-vault)
   kunlun-fleet bench -i INVENTORY [--concurrency 1,64,...] [--duration S | --requests N] [--check]
@@ -29,43 +34,55 @@ def _module_utils():
 def ansible_env(inventory=None):
     """Environment for ansible commands run from the CLI: this checkout's ansible.cfg and,
     when the inventory has one, its vault password file (the fleet's API key)."""
-    from kunlun_fleet import vault
+    from kunlun_fleet import runner
 
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
-    return vault.vault_env(inventory, env) if inventory and os.path.isdir(inventory) else env
-
-
-def _inventory_arg(args):
-    for i, arg in enumerate(args):
-        if arg in ("-i", "--inventory") and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith("--inventory="):
-            return arg.split("=", 1)[1]
-    return None
+    return runner.ansible_env(inventory, ROOT)
 
 
-def ansible_bin(name):
-    """The ansible command of the venv the CLI runs from (falls back to PATH)."""
-    candidate = Path(sys.executable).parent / name
-    return str(candidate) if candidate.exists() else name
+def _output(ns):
+    """--json, --plain, or the live view when stdout is a terminal."""
+    if ns.json:
+        return "json"
+    if ns.plain or not sys.stdout.isatty() or os.environ.get("TERM") == "dumb":
+        return "plain"
+    return "live"
 
 
-def run_playbook(playbook, args):
-    cmd = [ansible_bin("ansible-playbook"), str(ROOT / playbook)] + list(args)
-    os.chdir(ROOT)
-    os.execvpe(cmd[0], cmd, ansible_env(_inventory_arg(args)))
+def _argv(ns):
+    return ["kunlun-fleet"] + list(ns.argv)
 
 
 def cmd_deploy(ns, rest):
-    run_playbook("site.yml", rest)
+    """site.yml, or the stages chosen with --from/--only, through the runner."""
+    from kunlun_fleet import runner
+
+    stages = runner.site_stages()
+    try:
+        chosen = runner.select_stages(stages, ns.from_stage, ns.only)
+    except runner.Refused as exc:
+        print("kunlun-fleet deploy: %s" % exc, file=sys.stderr)
+        return runner.REFUSED
+    head = ["kunlun-fleet", "deploy", "-i", ns.inventory]
+    return runner.run_playbook("deploy", "site.yml", rest, inventory=ns.inventory, limit=ns.limit,
+                               stages=chosen, selection=len(chosen) != len(stages), output=_output(ns),
+                               resume=(head, rest, "only" if ns.only else "from"), argv=_argv(ns))
 
 
 def cmd_stage(ns, rest):
+    from kunlun_fleet import runner
+
+    base = runner.root()
     playbook = Path("playbooks") / ("%s.yml" % ns.name)
-    if not (ROOT / playbook).exists():
-        stages = sorted(p.stem for p in (ROOT / "playbooks").glob("*.yml"))
-        sys.exit("no stage %r; stages: %s" % (ns.name, ", ".join(stages)))
-    run_playbook(playbook, rest)
+    if not (base / playbook).exists():
+        names = sorted(p.stem for p in (base / "playbooks").glob("*.yml"))
+        print("kunlun-fleet stage: no stage %r (no %s); the stages: %s" % (ns.name, playbook, ", ".join(names)),
+              file=sys.stderr)
+        return runner.REFUSED
+    stages = [s for s in runner.site_stages(base) if s["stage"] == ns.name] or None
+    head = ["kunlun-fleet", "stage", ns.name, "-i", ns.inventory]
+    return runner.run_playbook("stage", str(playbook), rest, inventory=ns.inventory, limit=ns.limit,
+                               stages=stages, output=_output(ns), resume=(head, rest, None), argv=_argv(ns),
+                               label="stage-%s" % ns.name)
 
 
 def cmd_bundle_check(ns, rest):
@@ -115,8 +132,9 @@ def cmd_bench(ns, rest):
     """playbooks/bench.yml on the inventory, with the sweep's settings as extra vars; then
     the report's path."""
     import json
-    import subprocess
     import time
+
+    from kunlun_fleet import runner
 
     extra = {}
     if ns.concurrency:
@@ -130,21 +148,48 @@ def cmd_bench(ns, rest):
         extra["bench_requests"] = ns.requests
     if ns.no_long:
         extra["bench_long_enabled"] = False
-    cmd = [ansible_bin("ansible-playbook"), str(ROOT / "playbooks/bench.yml"), "-i", ns.inventory]
-    if extra:
-        cmd += ["-e", json.dumps(extra)]
+    args = ["-e", json.dumps(extra)] if extra else []
     if ns.check:
-        cmd.append("--check")
-    cmd += list(rest)
+        args.append("--check")
     started = time.time()
-    rc = subprocess.call(cmd, cwd=str(ROOT), env=ansible_env(ns.inventory))
+    rc = runner.run_playbook("bench", "playbooks/bench.yml", args + list(rest), inventory=ns.inventory,
+                             limit=ns.limit, output=_output(ns), argv=_argv(ns))
     if ns.check:
-        print("check mode: the bench measured nothing and wrote no report")
+        print("check mode: the bench measured nothing and wrote no report", file=sys.stderr if ns.json else sys.stdout)
         return rc
-    runs = sorted(p for p in (ROOT / "reports").glob("bench-*") if p.stat().st_mtime >= started - 1)
+    reports = runner.root() / "reports"
+    runs = sorted(p for p in reports.glob("bench-*") if p.stat().st_mtime >= started - 1)
     if runs:
-        print("report: %s" % (runs[-1] / "report.html"))
+        print("bench report: %s" % (runs[-1] / "report.html"), file=sys.stderr if ns.json else sys.stdout)
     return rc
+
+
+def cmd_runs(ns):
+    """The run reports: a table of them, or one (summary.md)."""
+    from kunlun_fleet import runner
+
+    if ns.action == "show":
+        if not ns.run_id:
+            print("kunlun-fleet runs show: give a run id (or 'last'); `kunlun-fleet runs` lists them", file=sys.stderr)
+            return runner.REFUSED
+        try:
+            path = runner.find_run(ns.run_id)
+        except runner.Refused as exc:
+            print("kunlun-fleet runs show: %s" % exc, file=sys.stderr)
+            return runner.REFUSED
+        summary = path / "summary.md"
+        if not summary.exists():
+            print("kunlun-fleet runs show: %s has no summary.md (a run still going, or killed); its events are in %s"
+                  % (path.name, path / "artifacts"), file=sys.stderr)
+            return 1
+        print(summary.read_text(), end="")
+        return 0
+    runs = runner.list_runs()
+    if not runs:
+        print("no runs yet in %s (deploy, stage and bench write one each)" % runner.runs_dir())
+        return 0
+    print(runner.runs_table(runs))
+    return 0
 
 
 def cmd_plan(ns):
@@ -166,15 +211,49 @@ def cmd_plan(ns):
     return 0 if answer.get("hosts") else 1
 
 
+class _Parser(argparse.ArgumentParser):
+    """A command line it cannot read is refused input: exit code 3, as for an unknown stage."""
+
+    def error(self, message):
+        from kunlun_fleet import runner
+
+        self.print_usage(sys.stderr)
+        self.exit(runner.REFUSED, "%s: error: %s\n" % (self.prog, message))
+
+
+def _run_options(p, stages=False):
+    """The options of the commands that run a playbook; anything else goes to ansible-playbook."""
+    p.add_argument("-i", "--inventory", required=True, help="the inventory (a directory, as inventories/example)")
+    p.add_argument("-l", "--limit", help="the hosts to run on (ansible-playbook's --limit)")
+    if stages:
+        which = p.add_mutually_exclusive_group()
+        which.add_argument("--from", dest="from_stage", metavar="STAGE",
+                           help="start at this stage of site.yml (and run the ones after it)")
+        which.add_argument("--only", metavar="STAGE[,STAGE]", help="run only these stages, in site.yml's order")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--plain", action="store_true", help="ansible-playbook's own output (default when not a terminal)")
+    how.add_argument("--json", action="store_true", help="one JSON object per event per line")
+
+
 def build_parser():
-    parser = argparse.ArgumentParser(prog="kunlun-fleet", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="kunlun-fleet", description=__doc__,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("deploy", help="run site.yml (extra arguments go to ansible-playbook)")
+    epilog = ("other arguments go to ansible-playbook (-e, --check, --diff, --tags, -v, ...). Exit codes: 0 ok, "
+              "1 error, 2 failed hosts, 3 refused input (preflight), 4 unreachable hosts, 130 interrupted; "
+              "the report: reports/runs/ID/summary.md (docs/cli.md)")
+    p = sub.add_parser("deploy", help="run site.yml, or some of its stages (extra arguments go to ansible-playbook)",
+                       allow_abbrev=False, epilog=epilog)
+    _run_options(p, stages=True)
     p.set_defaults(func=cmd_deploy)
-    p = sub.add_parser("stage", help="run one stage's playbook")
+    p = sub.add_parser("stage", help="run one stage's playbook", allow_abbrev=False, epilog=epilog)
     p.add_argument("name")
+    _run_options(p)
     p.set_defaults(func=cmd_stage)
+    p = sub.add_parser("runs", help="the run reports: a list, or `runs show ID`")
+    p.add_argument("action", nargs="?", choices=["show"])
+    p.add_argument("run_id", nargs="?", metavar="ID", help="a run id, a unique prefix of one, or 'last'")
+    p.set_defaults(func=cmd_runs)
     p = sub.add_parser("bundle-check", help="verify an offline bundle against its manifest and the pins")
     p.add_argument("bundle_dir")
     p.add_argument("--no-base-image", action="store_true",
@@ -185,8 +264,9 @@ def build_parser():
     p.add_argument("--vault-password-file", help="default: INVENTORY/.vault-password (made when missing)")
     p.add_argument("--show", action="store_true", help="print the key (for a client); nothing else does")
     p.set_defaults(func=cmd_api_key)
-    p = sub.add_parser("bench", help="the load sweep, counters and report (playbooks/bench.yml; loads the fleet)")
-    p.add_argument("-i", "--inventory", required=True, help="the inventory directory")
+    p = sub.add_parser("bench", help="the load sweep, counters and report (playbooks/bench.yml; loads the fleet)",
+                       allow_abbrev=False, epilog=epilog)
+    _run_options(p)
     p.add_argument("--concurrency", type=_int_list, help="sweep through the fleet endpoint, e.g. 1,64,256,1024,2048")
     p.add_argument("--host-concurrency", type=_int_list, help="sweep per host (default: --concurrency)")
     when = p.add_mutually_exclusive_group()
@@ -213,7 +293,9 @@ def build_parser():
 
 def main(argv=None):
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     ns, rest = parser.parse_known_args(argv)
+    ns.argv = argv
     if rest and ns.command not in ("deploy", "stage", "bench"):
         parser.error("unrecognized arguments: %s" % " ".join(rest))
     return ns.func(ns, rest) if _takes_rest(ns.func) else ns.func(ns)

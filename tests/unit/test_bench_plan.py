@@ -99,19 +99,19 @@ def test_plan_command(tmp_path, capsys):
 def test_bench_command_builds_the_playbook_run(monkeypatch, tmp_path):
     seen = {}
 
-    def call(cmd, cwd, env):
-        seen.update(cmd=cmd, env=env)
+    def run_playbook(command, playbook, args, **kwargs):
+        seen.update(command=command, playbook=playbook, args=args, **kwargs)
         return 0
 
-    monkeypatch.setattr("subprocess.call", call)
+    monkeypatch.setattr("kunlun_fleet.runner.run_playbook", run_playbook)
     inv = tmp_path / "inv"
     inv.mkdir()
     rc = cli.main(["bench", "-i", str(inv), "--concurrency", "1,64", "--requests", "50", "--check", "-v"])
     assert rc == 0
-    cmd = seen["cmd"]
-    assert cmd[1].endswith("playbooks/bench.yml") and cmd[2:4] == ["-i", str(inv)]
-    assert json.loads(cmd[cmd.index("-e") + 1]) == {"bench_concurrency": [1, 64], "bench_requests": 50}
-    assert "--check" in cmd and cmd[-1] == "-v"
+    assert (seen["command"], seen["playbook"], seen["inventory"]) == ("bench", "playbooks/bench.yml", str(inv))
+    args = seen["args"]
+    assert json.loads(args[args.index("-e") + 1]) == {"bench_concurrency": [1, 64], "bench_requests": 50}
+    assert "--check" in args and args[-1] == "-v"
 
 
 def test_bench_command_refuses_bad_concurrency(capsys):
