@@ -48,6 +48,14 @@ options:
       - When given, every device gets C(firmware_ok); see the notes for how the six-field
         C(ALL Version) of C(xpu-smi -q) is compared.
     type: str
+  power_cap_full:
+    description:
+      - The full power cap of a card in watts, e.g. C(400) for a P800.
+      - When given, every device gets C(power_cap_ok), and C(xpu_low_power_devices),
+        C(xpu_power_cap_unknown) and C(xpu_low_power_message) say which cards are capped
+        below it (a P800 left in its 120 W low-power mode) and which caps are unknown.
+      - The module only reports; the caller decides whether a low cap is a refusal.
+    type: int
 attributes:
   check_mode:
     support: full
@@ -62,6 +70,9 @@ notes:
     C(ALL Version) (C(1.0.2.14.1.54) is release C(1.54)); other shapes are compared whole.
   - Card variant from the part number - C(B00100300110312) is C(VD) (needs the kunlun
     module option C(KLreg_RegistryDwords)), C(B00100300110112) is C(VC).
+  - Power cap and power use per card from the table's C(Pwr:Usage/Cap) column
+    (C(85W / 400W)), else from the C(Power Readings) block of C(xpu-smi -q); a value that
+    is not a figure (C(N/A), C(ERR!)) is null (unknown), never an error.
 '''
 
 EXAMPLES = r'''
@@ -80,6 +91,10 @@ EXAMPLES = r'''
   xpu_info:
     driver_minimum: 5.0.21.26
     firmware_minimum: "1.48"
+
+- name: Gather XPU facts and find the cards capped below the full 400 W
+  xpu_info:
+    power_cap_full: 400
 
 - name: Use a non-standard xpu-smi
   xpu_info:
@@ -136,6 +151,33 @@ ansible_facts:
           device_id: "0x36862057"
           firmware_release: "1.54"
           firmware_ok: true
+          power_cap_w: 400
+          power_draw_w: 85
+          power_cap_ok: true
+    xpu_low_power_devices:
+      description:
+        - The devices whose power cap is below I(power_cap_full) (empty when it is not
+          given), with index, serial, bus_id, power_cap_w (watts) and label (C(device 3
+          (serial ...)), or the bus id when the device has no serial).
+      type: list
+      elements: dict
+      sample:
+        - index: 3
+          serial: 02KE5E61F0013
+          bus_id: "00000000:61:00.0"
+          power_cap_w: 120
+          label: device 3 (serial 02KE5E61F0013)
+    xpu_power_cap_unknown:
+      description:
+        - The devices whose power cap xpu-smi does not give (N/A, ERR!, not printed), same
+          fields (empty when I(power_cap_full) is not given).
+      type: list
+      elements: dict
+    xpu_low_power_message:
+      description:
+        - The cards below I(power_cap_full), each by index and serial (bus id without one)
+          and its cap, and the fix; null when there are none.
+      type: str
     xpu_driver_at_least_minimum:
       description: Whether the driver is at least I(driver_minimum) (null when not given).
       type: bool
@@ -181,6 +223,8 @@ from ansible.module_utils.xpu_smi import (
     firmware_at_least,
     firmware_release,
     kunlun_modules_loaded,
+    low_power_devices,
+    low_power_message,
     merge_devices,
     parse_lspci,
     parse_proc_version,
@@ -228,6 +272,9 @@ def gather(module):
         'xpu_ctrl_node_present': False,
         'xpu_card_variants': [],
         'xpu_driver_at_least_minimum': None,
+        'xpu_low_power_devices': [],
+        'xpu_power_cap_unknown': [],
+        'xpu_low_power_message': None,
     }
 
     smi = find_xpu_smi(module)
@@ -261,6 +308,7 @@ def gather(module):
             facts['xpu_driver_version'], module.params['driver_minimum'])
 
     devices = merge_devices(table, query, listing)
+    full_cap = module.params['power_cap_full']
     for dev in devices:
         node = os.path.join(dev_dir, 'xpu%d' % dev['index'])
         dev['node_present'] = os.path.exists(node)
@@ -274,6 +322,14 @@ def gather(module):
         if module.params['firmware_minimum']:
             dev['firmware_ok'] = firmware_at_least(dev['firmware_version'],
                                                    module.params['firmware_minimum'])
+        dev['power_cap_ok'] = None
+        if full_cap is not None and dev['power_cap_w'] is not None:
+            dev['power_cap_ok'] = dev['power_cap_w'] >= full_cap
+    if full_cap is not None:
+        low, unknown = low_power_devices(devices, full_cap)
+        facts['xpu_low_power_devices'] = low
+        facts['xpu_power_cap_unknown'] = unknown
+        facts['xpu_low_power_message'] = low_power_message(low, full_cap, len(devices))
     facts['xpu_devices'] = devices
     facts['xpu_device_count'] = len(devices)
     facts['xpu_processes'] = table.get('processes', [])
@@ -315,6 +371,7 @@ def main():
             proc_dir=dict(type='path', default='/proc'),
             driver_minimum=dict(type='str'),
             firmware_minimum=dict(type='str'),
+            power_cap_full=dict(type='int'),
         ),
         supports_check_mode=True,
     )

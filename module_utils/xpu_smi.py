@@ -21,6 +21,17 @@ Decisions written down here because the vendor does not document them:
   ``1.48`` is compared against. A firmware string with any other number of fields (for
   example ``1.48`` or ``1.40.0.0``) is compared whole, as a dotted version. See
   ``firmware_release`` and ``firmware_at_least``.
+* Power: the table's ``Pwr:Usage/Cap`` column (``85W / 400W``) gives each card's power use
+  and its power cap; ``xpu-smi -q`` gives them in its ``Power Readings`` block. The
+  vendor's material shows the block's title but not its keys, so the cap is the first of
+  ``Enforced Power Limit``, ``Power Limit``, ``Current Power Limit`` found there, and the
+  use the first of ``Power Draw``, ``Average Power Draw``, ``Instantaneous Power Draw``
+  (nvidia-smi's keys: xpu-smi's table and ``-q`` otherwise mirror nvidia-smi's); a block
+  titled ``XPU Power Readings`` counts too. A value is watts (``400W``, ``400.00 W``,
+  ``400``); anything else (``N/A``, ``ERR!``, ``Unknown Error``, ``[Not Supported]``,
+  nothing) is unknown: None, never an error. The table's figure is used when it has one, else the ``-q`` figure
+  (``merge_devices``). ``low_power_devices`` judges the caps against the full cap (400 W
+  on a P800; in the 120 W low-power mode a card gives about a third of its FP16 rate).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -139,7 +150,7 @@ _ROW1_RE = re.compile(
     r'\|\s*(?P<ecc>\S+)\s*\|\s*$')
 _ROW2_RE = re.compile(
     r'^\|\s*(?P<fan>\S+)\s+(?P<temp>\S+)\s+(?P<perf>\S+)\s+'
-    r'(?P<power_draw>\S+)\s*/\s*(?P<power_cap>\S+)\s*'
+    r'(?P<power_draw>[\d.]+\s*W|\S+)\s*/\s*(?P<power_cap>[\d.]+\s*W|\S+)\s*'
     r'\|\s*(?P<mem_used>\S+)\s*/\s*(?P<mem_total>\S+)\s*'
     r'\|\s*(?P<util>\S+)\s+(?P<compute_mode>\S+)\s*\|\s*$')
 _ROW3_RE = re.compile(
@@ -165,6 +176,24 @@ def _mib(value):
     return int(m.group(1)) if m else None
 
 
+_WATTS_RE = re.compile(r'^\s*(\d+(?:\.\d+)?)\s*(?:W|Watts?)?\s*$', re.IGNORECASE)
+
+
+def parse_watts(value):
+    """'400W', '400 W', '400.00 W' or '400' -> 400; '85.5 W' -> 85.5.
+
+    None for anything that is not a figure in watts: None, '', 'N/A', '[N/A]', 'ERR!',
+    'Unknown Error', 'Not Supported'. Whole figures come back as int, others as float.
+    """
+    if value is None:
+        return None
+    m = _WATTS_RE.match(str(value))
+    if not m:
+        return None
+    watts = float(m.group(1))
+    return int(watts) if watts == int(watts) else round(watts, 2)
+
+
 def parse_header(text):
     """Driver and runtime versions from the table's header line.
 
@@ -184,8 +213,9 @@ def parse_table(text):
 
     Returns a dict: driver_version, runtime_version, devices (list, in the order printed,
     each with index, name, bus_id, memory_total_mib, memory_used_mib, temperature,
-    power_draw, power_cap, utilization, compute_mode, sriov_mode, state ('ok'|'error'),
-    err_fields) and processes (list of {xpu, pid, type, name, memory_mib}).
+    power_draw, power_cap (the column's text), power_draw_w, power_cap_w (watts, None when
+    unknown), utilization, compute_mode, sriov_mode, state ('ok'|'error'), err_fields) and
+    processes (list of {xpu, pid, type, name, memory_mib}).
     """
     result = parse_header(text)
     devices = []
@@ -229,6 +259,8 @@ def parse_table(text):
                     'temperature': _na(m2.group('temp')),
                     'power_draw': _na(m2.group('power_draw')),
                     'power_cap': _na(m2.group('power_cap')),
+                    'power_draw_w': parse_watts(m2.group('power_draw')),
+                    'power_cap_w': parse_watts(m2.group('power_cap')),
                     'memory_used_mib': _mib(m2.group('mem_used')),
                     'memory_total_mib': _mib(m2.group('mem_total')),
                     'utilization': _na(m2.group('util')),
@@ -237,8 +269,8 @@ def parse_table(text):
                 i += 1
             else:
                 dev.update({'temperature': None, 'power_draw': None, 'power_cap': None,
-                            'memory_used_mib': None, 'memory_total_mib': None,
-                            'utilization': None, 'compute_mode': None})
+                            'power_draw_w': None, 'power_cap_w': None, 'memory_used_mib': None,
+                            'memory_total_mib': None, 'utilization': None, 'compute_mode': None})
             if m2 and m3:
                 fields.update(m3.groupdict())
                 dev['sriov_mode'] = _na(m3.group('sriov'))
@@ -261,6 +293,30 @@ _KV_RE = re.compile(r'^(?P<indent>\s*)(?P<key>[^:]+?)\s*:\s*(?P<value>.*?)\s*$')
 _Q_DEVICE_RE = re.compile(r'^XPU\s+(?P<bus_id>[0-9A-Fa-f]+:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$')
 
 
+# Keys of the Power Readings block, in the order they are preferred (see the module's notes).
+_POWER_CAP_KEYS = ('enforced power limit', 'power limit', 'current power limit')
+_POWER_DRAW_KEYS = ('power draw', 'average power draw', 'instantaneous power draw')
+
+
+def _power_reading(raw, keys):
+    """Watts of the first of ``keys`` (lower case) in a ``Power Readings`` block of ``raw``.
+
+    The block may be titled ``Power Readings`` or ``<anything> Power Readings`` (nvidia-smi
+    prints ``GPU Power Readings``); a key that is printed but not a figure (``N/A``) does
+    not stop the search. None when no key gives a figure.
+    """
+    found = {}
+    for path, value in raw.items():
+        parts = path.split('/')
+        if len(parts) == 2 and parts[0].strip().lower().endswith('power readings'):
+            found.setdefault(parts[1].strip().lower(), value)
+    for key in keys:
+        watts = parse_watts(found.get(key))
+        if watts is not None:
+            return watts
+    return None
+
+
 def parse_query(text):
     """Parse ``xpu-smi -q [--id=N]``.
 
@@ -268,7 +324,9 @@ def parse_query(text):
     dicts with bus_id, index (the ``Minor Number`` when printed, else the position),
     name, brand, architecture, serial, uuid, part_number, card_variant,
     firmware_version (``ALL Version``), device_id (``0x36862057``),
-    memory_total_mib, memory_used_mib, and ``raw`` (every key, sections joined by '/').
+    memory_total_mib, memory_used_mib, power_cap_w and power_draw_w (from ``Power
+    Readings``, watts, None when unknown: see the module's notes), and ``raw`` (every key,
+    sections joined by '/').
     """
     result = {'driver_version': None, 'runtime_version': None, 'attached': None,
               'devices': []}
@@ -325,6 +383,8 @@ def parse_query(text):
             dev['bus_id'] = raw['PCI/Bus Id']
         dev['memory_total_mib'] = _mib(raw.get('Memory Usage/Total'))
         dev['memory_used_mib'] = _mib(raw.get('Memory Usage/Used'))
+        dev['power_cap_w'] = _power_reading(raw, _POWER_CAP_KEYS)
+        dev['power_draw_w'] = _power_reading(raw, _POWER_DRAW_KEYS)
     return result
 
 
@@ -453,6 +513,13 @@ def merge_devices(table, query=None, listing=None):
         {'index': q['index'], 'name': q['name'], 'bus_id': q['bus_id'],
          'memory_total_mib': q['memory_total_mib'], 'state': 'ok', 'err_fields': []}
         for q in query.get('devices', [])]
+
+    def first_known(*values):
+        for value in values:
+            if value is not None:
+                return value
+        return None
+
     merged = []
     for dev in base:
         qdev = by_bus.get(normalize_bus_id(dev.get('bus_id')), {})
@@ -469,7 +536,63 @@ def merge_devices(table, query=None, listing=None):
             'serial': qdev.get('serial'),
             'uuid': qdev.get('uuid') or ldev.get('uuid'),
             'device_id': qdev.get('device_id'),
+            'power_cap_w': first_known(dev.get('power_cap_w'), qdev.get('power_cap_w')),
+            'power_draw_w': first_known(dev.get('power_draw_w'), qdev.get('power_draw_w')),
             'state': dev.get('state', 'ok'),
             'err_fields': list(dev.get('err_fields', [])),
         })
     return merged
+
+
+# ----------------------------------------------------------------------------- power
+
+def card_label(dev):
+    """'device 3 (serial 02K...)', or 'device 3 (00000000:61:00.0)' without a serial."""
+    ident = ('serial %s' % dev['serial']) if dev.get('serial') else (dev.get('bus_id') or 'bus id unknown')
+    return 'device %s (%s)' % (dev.get('index'), ident)
+
+
+def _watts_text(watts):
+    return '%g W' % watts
+
+
+def low_power_devices(devices, full_cap_w):
+    """Judge each device's power cap against ``full_cap_w`` (400 on a P800).
+
+    Returns (low, unknown): ``low`` lists {index, serial, bus_id, power_cap_w, label} of
+    the devices capped below ``full_cap_w``; ``unknown`` lists the same fields of the
+    devices whose cap xpu-smi did not give (N/A, ERR!, missing). ``label`` is
+    ``card_label``. A cap at or above the full cap is fine; the comparison is exact
+    (``399 W`` is below ``400``).
+    """
+    low, unknown = [], []
+    for dev in devices:
+        entry = {'index': dev.get('index'), 'serial': dev.get('serial'),
+                 'bus_id': dev.get('bus_id'), 'power_cap_w': dev.get('power_cap_w'),
+                 'label': card_label(dev)}
+        if entry['power_cap_w'] is None:
+            unknown.append(entry)
+        elif entry['power_cap_w'] < full_cap_w:
+            low.append(entry)
+    return low, unknown
+
+
+def low_power_message(low, full_cap_w, device_count=None):
+    """What ``low_power_devices`` found, with the fix, as one paragraph (None when none).
+
+    Names every card by index and serial (bus id without one) and its cap. The fix says
+    what is known: the vendor's tool sets a card's power limit; its exact flags are not
+    given here, so none are invented.
+    """
+    if not low:
+        return None
+    parts = ['%s at %s' % (card_label(d), _watts_text(d['power_cap_w'])) for d in low]
+    of = (' of %d' % device_count) if device_count else ''
+    one = len(low) == 1
+    noun = 'card' if one and not device_count else 'cards'
+    return ('%d%s %s %s capped below the full %s: %s. A P800 gives 345 TFLOPS FP16 at 400 W '
+            'and 128 TFLOPS in its 120 W low-power mode: the host would miss its throughput '
+            'targets. Fix: set %s back to %s with the vendor\'s tool (xpu-smi) and re-run.' % (
+                len(low), of, noun, 'is' if one else 'are', _watts_text(full_cap_w), ', '.join(parts),
+                "the card's power limit" if one else "each card's power limit",
+                _watts_text(full_cap_w)))

@@ -189,6 +189,15 @@ def test_firmware_below_floor():
     assert snapshot() == before
 
 
+def test_cards_in_the_low_power_mode():
+    sim_reset('xpu_old_driver=' + PIN, 'xpu_power_cap=3:120')
+    before = snapshot()
+    proc, recap = driver_play()
+    refused(proc, recap, '1 of 8 cards is capped below the full 400 W: device 3 (serial', 'at 120 W.',
+            'power limit back to 400 W with the vendor', 'Nothing was changed')
+    assert snapshot() == before
+
+
 def test_vc_and_vd_mixed():
     sim_reset('xpu_old_driver=' + PIN, 'xpu_card_variant=mixed')
     before = snapshot()

@@ -203,6 +203,67 @@ def test_faults(env, runs):
     assert sorted({d['card_variant'] for d in q['devices']}) == ['VC', 'VD']
 
 
+def loaded_prefix(env, version=VERSION):
+    """The kit state xpu-smi reads, without the installer (no device nodes, no root):
+    the kunlun module marked loaded and the runtime installed."""
+    root = Path(env['_root'])
+    (root / 'run/kunlun-kit/modules/kunlun').mkdir(parents=True)
+    (root / 'run/kunlun-kit/modules/kunlun/version').write_text(version + '\n')
+    (root / 'usr/local/xpu').mkdir(parents=True)
+    (root / 'usr/local/xpu/version').write_text(version + '\n')
+
+
+def kit_smi(env, *args):
+    res = sh(env, sys.executable, KIT / 'xre' / 'xpu-smi', *args)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def caps(env):
+    """(table caps, -q caps, -q draws) as the product's parsers read the kit's xpu-smi."""
+    table = x.parse_table(kit_smi(env))['devices']
+    query = x.parse_query(kit_smi(env, '-q'))['devices']
+    return ([d['power_cap_w'] for d in table], [d['power_cap_w'] for d in query],
+            [d['power_draw_w'] for d in query])
+
+
+@pytest.mark.parametrize('fault, expected', [
+    ('', [400] * 8),                                          # no fault: the full 400 W
+    ('xpu_power_cap=120\n', [120] * 8),                       # every card in the low-power mode
+    ('xpu_power_cap=3:120\n', [400] * 3 + [120] + [400] * 4),
+    ('xpu_power_cap=3:120,5:150\n', [400] * 3 + [120, 400, 150, 400, 400]),
+    ('xpu_power_cap=5:N/A\n', [400] * 5 + [None, 400, 400]),  # xpu-smi cannot read it
+    ('xpu_power_cap=N/A\n', [None] * 8),
+    ('xpu_power_cap=lots\n', [400] * 8),                     # not a figure: ignored
+    ('xpu_power_cap=9:120\n', [400] * 8),                    # no card 9
+])
+def test_xpu_smi_power_cap_fault(env, fault, expected):
+    loaded_prefix(env)
+    if fault:
+        faults(env, fault)
+    table, query, draws = caps(env)
+    assert table == expected          # the table's Pwr:Usage/Cap column
+    assert query == expected          # -q's Power Readings
+    assert all(isinstance(d, int) and 84 <= d <= 86 for d in draws)
+
+
+def test_xpu_smi_power_cap_fault_with_other_faults(env):
+    loaded_prefix(env)
+    faults(env, 'xpu_devices=4\nxpu_power_cap=80\n')
+    table, query, draws = caps(env)
+    assert table == query == [80] * 4
+    assert draws == [80] * 4          # an idle card never draws more than its cap
+    faults(env, 'xpu_error_device=2\nxpu_power_cap=3:120\n')
+    devs = x.merge_devices(x.parse_table(kit_smi(env)), x.parse_query(kit_smi(env, '-q')))
+    assert [d['power_cap_w'] for d in devs] == [400, 400, 400, 120, 400, 400, 400, 400]
+    low, unknown = x.low_power_devices(devs, 400)
+    assert [d['index'] for d in low] == [3] and unknown == []
+    assert x.low_power_message(low, 400, 8).startswith(
+        '1 of 8 cards is capped below the full 400 W: device 3 (serial 02K')
+    one = x.parse_query(kit_smi(env, '-q', '--id=3'))['devices']
+    assert [(d['index'], d['power_cap_w']) for d in one] == [(3, 120)]
+
+
 # ------------------------------------------------------------------ modules
 
 @needs_root

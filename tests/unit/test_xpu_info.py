@@ -285,6 +285,92 @@ def test_check_mode_same_facts(tmp_path):
     assert strip(checked['ansible_facts']) == strip(normal['ansible_facts'])
 
 
+# ---------------------------------------------------------------- power caps
+
+def test_power_figures_without_a_full_cap_judge_nothing(tmp_path):
+    result, _ = run(tmp_path, host(table='xpu-smi_power120.txt', query='xpu-smi-q_power120.txt'))
+    facts = result['ansible_facts']
+    assert [d['power_cap_w'] for d in facts['xpu_devices']] == [120] * 8
+    assert [d['power_draw_w'] for d in facts['xpu_devices']][:3] == [84, 85, 86]
+    assert all(d['power_cap_ok'] is None for d in facts['xpu_devices'])
+    assert facts['xpu_low_power_devices'] == [] and facts['xpu_power_cap_unknown'] == []
+    assert facts['xpu_low_power_message'] is None
+
+
+def test_full_power_cards_pass(tmp_path):
+    result, _ = run(tmp_path, host(), args={'power_cap_full': 400})
+    facts = result['ansible_facts']
+    assert [d['power_cap_w'] for d in facts['xpu_devices']] == [400] * 8
+    assert all(d['power_cap_ok'] is True for d in facts['xpu_devices'])
+    assert facts['xpu_low_power_devices'] == [] and facts['xpu_power_cap_unknown'] == []
+    assert facts['xpu_low_power_message'] is None
+
+
+def test_cards_in_the_low_power_mode_are_named(tmp_path):
+    result, _ = run(tmp_path, host(table='xpu-smi_power120.txt', query='xpu-smi-q_power120.txt'),
+                    args={'power_cap_full': 400})
+    facts = result['ansible_facts']
+    assert result['changed'] is False
+    assert all(d['power_cap_ok'] is False for d in facts['xpu_devices'])
+    low = facts['xpu_low_power_devices']
+    assert [d['index'] for d in low] == list(range(8))
+    assert low[3] == {'index': 3, 'serial': '02KE5E61F0013', 'bus_id': '00000000:61:00.0',
+                      'power_cap_w': 120, 'label': 'device 3 (serial 02KE5E61F0013)'}
+    msg = facts['xpu_low_power_message']
+    assert msg.startswith('8 of 8 cards are capped below the full 400 W: device 0 (serial 02KE5E61F0010) at 120 W')
+    assert "set each card's power limit back to 400 W with the vendor's tool (xpu-smi) and re-run" in msg
+
+
+def test_one_low_card_and_one_unreadable_cap(tmp_path):
+    result, _ = run(tmp_path, host(table='xpu-smi_power3_120_5_na.txt', query='xpu-smi-q_power3_120_5_na.txt'),
+                    args={'power_cap_full': 400})
+    facts = result['ansible_facts']
+    assert [d['power_cap_ok'] for d in facts['xpu_devices']] == [True] * 3 + [False, True, None, True, True]
+    assert [d['index'] for d in facts['xpu_low_power_devices']] == [3]
+    assert [d['index'] for d in facts['xpu_power_cap_unknown']] == [5]
+    assert facts['xpu_low_power_message'].startswith(
+        '1 of 8 cards is capped below the full 400 W: device 3 (serial 02KE5E61F0013) at 120 W.')
+
+
+def test_low_cap_without_query_is_named_by_bus_id(tmp_path):
+    answers = host(table='xpu-smi_power3_120_5_na.txt')
+    answers[(SMI, '-q')] = (1, '', 'query not supported')
+    result, _ = run(tmp_path, answers, args={'power_cap_full': 400})
+    facts = result['ansible_facts']
+    assert facts['xpu_low_power_devices'][0]['serial'] is None
+    assert 'device 3 (00000000:61:00.0) at 120 W' in facts['xpu_low_power_message']
+
+
+def test_device_in_error_cap_from_query(tmp_path):
+    """ERR! in the table's power column: the -q Power Limit is used, so no false alarm."""
+    result, _ = run(tmp_path, host(table='xpu-smi_error3.txt', query='xpu-smi-q_error3.txt'),
+                    args={'power_cap_full': 400})
+    facts = result['ansible_facts']
+    assert facts['xpu_devices'][3]['power_cap_w'] == 400
+    assert facts['xpu_devices'][3]['power_draw_w'] is None
+    assert facts['xpu_low_power_devices'] == [] and facts['xpu_power_cap_unknown'] == []
+
+
+def test_no_driver_judges_no_power(tmp_path):
+    result, _ = run(tmp_path, host(smi_rc=9, smi_err=fx('xpu-smi_nodriver.stderr'), lsmod='lsmod_none.txt'),
+                    args={'power_cap_full': 400}, dev=make_dev(tmp_path, count=0, ctrl=False))
+    facts = result['ansible_facts']
+    assert facts['xpu_devices'] == []
+    assert facts['xpu_low_power_devices'] == [] and facts['xpu_power_cap_unknown'] == []
+    assert facts['xpu_low_power_message'] is None
+
+
+def test_power_check_mode_same_facts(tmp_path):
+    (tmp_path / 'a').mkdir()
+    (tmp_path / 'b').mkdir()
+    answers = host(table='xpu-smi_power120.txt', query='xpu-smi-q_power120.txt')
+    normal, _ = run(tmp_path / 'a', answers, args={'power_cap_full': 400})
+    checked, _ = run(tmp_path / 'b', answers, args={'power_cap_full': 400}, check_mode=True)
+    assert checked['changed'] is False
+    assert checked['ansible_facts']['xpu_low_power_devices'] == normal['ansible_facts']['xpu_low_power_devices']
+    assert checked['ansible_facts']['xpu_low_power_message'] == normal['ansible_facts']['xpu_low_power_message']
+
+
 # ---------------------------------------------------------------- through ansible
 
 FAKE_SMI = """#!/bin/sh
@@ -331,3 +417,35 @@ def test_through_ansible(tmp_path):
     assert facts['xpu_driver_version'] == '5.0.21.26'
     assert facts['xpu_card_variants'] == ['VC', 'VD']
     assert [d['index'] for d in facts['xpu_devices'] if not d['node_present']] == [2]
+
+
+@pytest.mark.skipif(not (ROOT / '.venv' / 'bin' / 'ansible').exists(), reason='no .venv/bin/ansible')
+def test_power_cap_full_through_ansible(tmp_path):
+    """The option as a role passes it (a templated string) reaches the module as a number."""
+    smi = tmp_path / 'bin' / 'xpu-smi'
+    smi.parent.mkdir()
+    smi.write_text(FAKE_SMI.format(q=FIXTURES / 'xpu-smi-q_power3_120_5_na.txt',
+                                   l=FIXTURES / 'xpu-smi-L_8.txt',
+                                   t=FIXTURES / 'xpu-smi_power3_120_5_na.txt'))
+    smi.chmod(0o755)
+    dev = make_dev(tmp_path)
+    proc = make_proc(tmp_path)
+    env = dict(os.environ,
+               ANSIBLE_CONFIG=str(ROOT / 'ansible.cfg'),
+               ANSIBLE_LOAD_CALLBACK_PLUGINS='1',
+               ANSIBLE_STDOUT_CALLBACK='ansible.builtin.json',
+               ANSIBLE_CACHE_PLUGIN='memory',
+               ANSIBLE_LOCAL_TEMP=str(tmp_path / 'ansible-local'),
+               ANSIBLE_REMOTE_TEMP=str(tmp_path / 'ansible-remote'))
+    cmd = [str(ROOT / '.venv' / 'bin' / 'ansible'), 'localhost', '-i', 'localhost,', '-c', 'local',
+           '-e', 'ansible_python_interpreter=%s' % sys.executable, '-e', 'full_cap=400',
+           '-m', 'xpu_info', '-a',
+           'xpu_smi_path=%s dev_dir=%s proc_dir=%s power_cap_full={{ full_cap }}' % (smi, dev, proc)]
+    out = subprocess.run(cmd, cwd=str(ROOT), env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    doc, _ = json.JSONDecoder().raw_decode(out.stdout[out.stdout.index('{'):])
+    facts = doc['plays'][0]['tasks'][0]['hosts']['localhost']['ansible_facts']
+    assert [d['index'] for d in facts['xpu_low_power_devices']] == [3]
+    assert [d['index'] for d in facts['xpu_power_cap_unknown']] == [5]
+    assert [d['power_cap_w'] for d in facts['xpu_devices']] == [400, 400, 400, 120, 400, None, 400, 400]

@@ -326,3 +326,173 @@ def test_merge_error_state_survives():
     devs = x.merge_devices(x.parse_table(fx('xpu-smi_error3.txt')),
                            x.parse_query(fx('xpu-smi-q_error3.txt')))
     assert [d['index'] for d in devs if d['state'] == 'error'] == [3]
+
+
+# ------------------------------------------------------------------ power
+
+@pytest.mark.parametrize('text, watts', [
+    ('400W', 400),
+    ('400 W', 400),
+    ('400.00 W', 400),
+    (' 120W ', 120),
+    ('85.5 W', 85.5),
+    ('400', 400),
+    ('400 Watts', 400),
+    ('N/A', None),
+    ('[N/A]', None),
+    ('ERR!', None),
+    ('Unknown Error', None),
+    ('[Not Supported]', None),
+    ('-5 W', None),
+    ('', None),
+    (None, None),
+])
+def test_parse_watts(text, watts):
+    got = x.parse_watts(text)
+    assert got == watts
+    if watts is not None and watts == int(watts):
+        assert isinstance(got, int)
+
+
+def test_table_power_as_in_the_facts():
+    text = '\n'.join([
+        '| XPU-SMI               Driver Version: 5.0.21.26    XPU-RT Version: 5.0.21   |',
+        '|   0  P800 OAM           N/A   | 00000000:52:00.0 N/A |                    0 |',
+        '| N/A   38C  N/A     85W / 400W |      0MiB / 98304MiB |      0%      Default |',
+        '|                               |      0MiB /    96MiB |             Disabled |',
+    ])
+    d = x.parse_table(text)['devices'][0]
+    assert (d['power_draw_w'], d['power_cap_w']) == (85, 400)
+    assert (d['power_draw'], d['power_cap']) == ('85W', '400W')
+
+
+@pytest.mark.parametrize('column, draw, cap', [
+    ('  85W / 120W', 85, 120),
+    ('85 W / 400 W', 85, 400),        # a build that spaces its units
+    ('  N/A /  N/A', None, None),     # a build that cannot read power
+    ('  85W /  N/A', 85, None),
+])
+def test_table_power_column_variants(column, draw, cap):
+    row2 = '| N/A   38C  N/A %s |      0MiB / 98304MiB |      0%%      Default |' % column
+    text = '\n'.join([
+        '|   0  P800 OAM           N/A   | 00000000:52:00.0 N/A |                    0 |',
+        row2,
+        '|                               |      0MiB /    96MiB |             Disabled |',
+    ])
+    d = x.parse_table(text)['devices'][0]
+    assert (d['power_draw_w'], d['power_cap_w']) == (draw, cap)
+    # the rest of the row is still read
+    assert d['memory_total_mib'] == 98304 and d['sriov_mode'] == 'Disabled'
+    assert d['state'] == 'ok'
+
+
+def test_table_power_400_120_and_na():
+    full = x.parse_table(fx('xpu-smi_8_vc.txt'))['devices']
+    assert [d['power_cap_w'] for d in full] == [400] * 8
+    assert [d['power_draw_w'] for d in full][:3] == [84, 85, 86]
+    low = x.parse_table(fx('xpu-smi_power120.txt'))['devices']
+    assert [d['power_cap_w'] for d in low] == [120] * 8
+    some = x.parse_table(fx('xpu-smi_power3_120_5_na.txt'))['devices']
+    assert [d['power_cap_w'] for d in some] == [400, 400, 400, 120, 400, None, 400, 400]
+    assert some[5]['power_draw_w'] == 86 and some[5]['state'] == 'ok'
+
+
+def test_table_power_of_a_device_in_error_is_unknown():
+    d = x.parse_table(fx('xpu-smi_error3.txt'))['devices'][3]
+    assert (d['power_draw_w'], d['power_cap_w']) == (None, None)
+    assert 'power_cap' in d['err_fields']
+
+
+def test_query_power_readings():
+    full = x.parse_query(fx('xpu-smi-q_8_vc.txt'))['devices']
+    assert [d['power_cap_w'] for d in full] == [400] * 8
+    assert [d['power_draw_w'] for d in full][:3] == [84, 85, 86]
+    low = x.parse_query(fx('xpu-smi-q_power120.txt'))['devices']
+    assert [d['power_cap_w'] for d in low] == [120] * 8
+    some = x.parse_query(fx('xpu-smi-q_power3_120_5_na.txt'))['devices']
+    assert [d['power_cap_w'] for d in some] == [400, 400, 400, 120, 400, None, 400, 400]
+    err = x.parse_query(fx('xpu-smi-q_error3.txt'))['devices'][3]
+    assert (err['power_draw_w'], err['power_cap_w']) == (None, 400)   # 'Unknown Error' draw
+
+
+def test_query_power_reading_key_variants():
+    devs = x.parse_query(fx('xpu-smi-q_power_keys.txt'))['devices']
+    # Enforced Power Limit wins over Power Limit; [N/A] falls through to Current Power
+    # Limit; a block without any cap figure is unknown; "XPU Power Readings" counts.
+    assert [d['power_cap_w'] for d in devs] == [120, 400, None]
+    assert [d['power_draw_w'] for d in devs] == [84, 85, 86.5]
+
+
+def test_query_without_power_readings():
+    text = 'XPU 00000000:52:00.0\n    Product Name : P800 OAM\n    Power Limit : 400 W\n'
+    d = x.parse_query(text)['devices'][0]
+    # a "Power Limit" outside the Power Readings block is not taken for the cap
+    assert (d['power_cap_w'], d['power_draw_w']) == (None, None)
+
+
+def test_merge_power_table_first_then_query():
+    table = x.parse_table(fx('xpu-smi_error3.txt'))
+    query = x.parse_query(fx('xpu-smi-q_error3.txt'))
+    devs = x.merge_devices(table, query)
+    assert devs[3]['power_cap_w'] == 400          # ERR! in the table, 400.00 W in -q
+    assert devs[3]['power_draw_w'] is None         # unknown in both
+    # the table's figure is used when it has one
+    devs = x.merge_devices(x.parse_table(fx('xpu-smi_power120.txt')), x.parse_query(fx('xpu-smi-q_8_vc.txt')))
+    assert {d['power_cap_w'] for d in devs} == {120}
+    # without -q only the table speaks; without a table only -q
+    assert {d['power_cap_w'] for d in x.merge_devices(x.parse_table(fx('xpu-smi_515_na.txt')))} == {400}
+    only_q = x.merge_devices({'devices': []}, x.parse_query(fx('xpu-smi-q_power120.txt')))
+    assert [d['power_cap_w'] for d in only_q] == [120] * 8
+
+
+def _merged(table, query):
+    return x.merge_devices(x.parse_table(fx(table)), x.parse_query(fx(query)))
+
+
+def test_low_power_none_at_full_cap():
+    low, unknown = x.low_power_devices(_merged('xpu-smi_8_vc.txt', 'xpu-smi-q_8_vc.txt'), 400)
+    assert (low, unknown) == ([], [])
+    assert x.low_power_message(low, 400, 8) is None
+
+
+def test_low_power_every_card_at_120():
+    devs = _merged('xpu-smi_power120.txt', 'xpu-smi-q_power120.txt')
+    low, unknown = x.low_power_devices(devs, 400)
+    assert [d['index'] for d in low] == list(range(8)) and unknown == []
+    assert low[0] == {'index': 0, 'serial': '02KE5E61F0010', 'bus_id': '00000000:52:00.0',
+                      'power_cap_w': 120, 'label': 'device 0 (serial 02KE5E61F0010)'}
+    msg = x.low_power_message(low, 400, len(devs))
+    assert msg.startswith('8 of 8 cards are capped below the full 400 W: '
+                          'device 0 (serial 02KE5E61F0010) at 120 W, device 1 (serial 02KE5E61F0011) at 120 W,')
+    assert 'device 7 (serial 02KE5E61F0017) at 120 W.' in msg
+    assert '345 TFLOPS FP16 at 400 W' in msg and '128 TFLOPS in its 120 W low-power mode' in msg
+    assert msg.endswith("Fix: set each card's power limit back to 400 W with the vendor's tool (xpu-smi) and re-run.")
+
+
+def test_low_power_one_card_and_one_unknown():
+    devs = _merged('xpu-smi_power3_120_5_na.txt', 'xpu-smi-q_power3_120_5_na.txt')
+    low, unknown = x.low_power_devices(devs, 400)
+    assert [(d['index'], d['power_cap_w']) for d in low] == [(3, 120)]
+    assert [(d['index'], d['label']) for d in unknown] == [(5, 'device 5 (serial 02KE5E61F0015)')]
+    msg = x.low_power_message(low, 400, 8)
+    assert msg.startswith('1 of 8 cards is capped below the full 400 W: device 3 (serial 02KE5E61F0013) at 120 W.')
+    assert "Fix: set the card's power limit back to 400 W with the vendor's tool (xpu-smi) and re-run." in msg
+
+
+def test_low_power_without_serial_names_the_bus_id():
+    devs = x.merge_devices(x.parse_table(fx('xpu-smi_power3_120_5_na.txt')))   # no -q: no serial
+    low, _ = x.low_power_devices(devs, 400)
+    assert low[0]['label'] == 'device 3 (00000000:61:00.0)'
+    assert 'device 3 (00000000:61:00.0) at 120 W' in x.low_power_message(low, 400)
+    assert x.low_power_message(low, 400).startswith('1 card is capped')
+
+
+@pytest.mark.parametrize('cap, below', [(399, True), (399.5, True), (400, False), (400.0, False), (450, False)])
+def test_low_power_comparison_is_exact(cap, below):
+    low, unknown = x.low_power_devices([{'index': 0, 'serial': 'S', 'bus_id': 'B', 'power_cap_w': cap}], 400)
+    assert bool(low) is below and unknown == []
+
+
+def test_low_power_message_names_fractional_caps():
+    low = [{'index': 2, 'serial': None, 'bus_id': '00000000:5d:00.0', 'power_cap_w': 150.5}]
+    assert 'device 2 (00000000:5d:00.0) at 150.5 W' in x.low_power_message(low, 400, 8)
