@@ -30,24 +30,18 @@ SERVING = [host_name(i) for i in INDEXES[:-1]]
 INVENTORY = os.path.join(SIM_HOME, "fleets", "large")
 # What grows with the number of hosts and needs no serving stack: the engine's package
 # install (minutes of dpkg per host on this 2-core machine) is left to the 3-host suites.
-STAGES = ["playbooks/preflight.yml", "playbooks/storage.yml", "playbooks/driver.yml"]
+STAGES = ["preflight", "storage", "driver"]
 pytestmark = pytest.mark.sim
 
 
 def stages(*extra):
-    """The stages in one ansible-playbook run (site.yml's order), like `kunlun-fleet deploy`."""
-    from kunlun_fleet import vault
-
-    play = ROOT / "reports" / ".large-lane.yml"
-    play.parent.mkdir(exist_ok=True)
-    play.write_text("---\n" + "".join("- name: %s\n  ansible.builtin.import_playbook: %s\n" % (Path(s).stem, ROOT / s)
-                                      for s in STAGES))
+    """The stages in one run, as an operator runs them: `kunlun-fleet deploy --only`."""
     # This fleet's own vault password (tests/conftest.py sets the shared fleet's for the session).
-    base = {k: v for k, v in os.environ.items() if k != "ANSIBLE_VAULT_PASSWORD_FILE"}
-    env = vault.vault_env(INVENTORY, dict(base, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1"))
+    env = {k: v for k, v in os.environ.items() if k != "ANSIBLE_VAULT_PASSWORD_FILE"}
     start = time.monotonic()
-    proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", INVENTORY, str(play), *extra],
-                          cwd=ROOT, env=env, text=True, capture_output=True, timeout=2400)
+    proc = subprocess.run([str(ROOT / ".venv/bin/kunlun-fleet"), "deploy", "-i", INVENTORY, "--plain",
+                           "--only", ",".join(STAGES), *extra],
+                          cwd=ROOT, env=dict(env, ANSIBLE_NOCOLOR="1"), text=True, capture_output=True, timeout=2400)
     return time.monotonic() - start, proc.returncode, proc.stdout + proc.stderr
 
 
@@ -123,7 +117,7 @@ def test_stages_converge_all_serving_hosts_then_change_nothing(large_fleet):
     assert rc == 0, out2[-6000:]
     changed = {h: r["changed"] for h, r in recap(out2).items() if r["changed"]}
     assert changed == {}, changed
-    figures = dict(large_fleet["figures"], stages=[Path(s).stem for s in STAGES], first_run_s=round(took, 1),
+    figures = dict(large_fleet["figures"], stages=STAGES, first_run_s=round(took, 1),
                    rerun_s=round(again, 1), memory_mib_after_stages={k: round(v, 1) for k, v in fleet_memory_mib().items()})
     keep(figures)
     print(json.dumps(figures))

@@ -10,21 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from fake_xpu_smi import write_fake_smi
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = Path(__file__).resolve().parent / 'fixtures' / 'xpu'
 
 pytestmark = pytest.mark.skipif(not (ROOT / '.venv' / 'bin' / 'ansible-playbook').exists(),
                                 reason='no .venv/bin/ansible-playbook')
 
-FAKE_SMI = """#!/bin/sh
-case "$1" in
-  -q) cat '{q}' ;;
-  -L) cat '{l}' ;;
-  '') cat '{t}' ;;
-  *) echo "bad option $1" >&2; exit 2 ;;
-esac
-"""
 
 PLAY = """
 - name: The full power check as the stages run it
@@ -65,11 +57,7 @@ def said(out):
 @pytest.fixture
 def play(tmp_path):
     def run(table, query, *extra):
-        smi = tmp_path / 'bin' / 'xpu-smi'
-        smi.parent.mkdir(exist_ok=True)
-        smi.write_text(FAKE_SMI.format(q=FIXTURES / query, l=FIXTURES / 'xpu-smi-L_8.txt',
-                                       t=FIXTURES / table))
-        smi.chmod(0o755)
+        smi = write_fake_smi(tmp_path, table, query)
         dev = tmp_path / 'dev'
         dev.mkdir(exist_ok=True)
         proc = tmp_path / 'proc'

@@ -12,6 +12,10 @@ import pytest
 
 from ansible.module_utils import basic
 
+# tests/driver/test_xpu_info_minimums.py loads this file by path: its helper, beside it.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fake_xpu_smi import write_fake_smi  # noqa: E402 (path set just above)
+
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / 'fixtures' / 'xpu'
 
@@ -373,25 +377,9 @@ def test_power_check_mode_same_facts(tmp_path):
 
 # ---------------------------------------------------------------- through ansible
 
-FAKE_SMI = """#!/bin/sh
-case "$1" in
-  -q) cat '{q}' ;;
-  -L) cat '{l}' ;;
-  '') cat '{t}' ;;
-  *) echo "bad option $1" >&2; exit 2 ;;
-esac
-"""
-
-
-@pytest.mark.skipif(not (ROOT / '.venv' / 'bin' / 'ansible').exists(), reason='no .venv/bin/ansible')
-def test_through_ansible(tmp_path):
-    smi = tmp_path / 'bin' / 'xpu-smi'
-    smi.parent.mkdir()
-    smi.write_text(FAKE_SMI.format(q=FIXTURES / 'xpu-smi-q_mixed.txt',
-                                   l=FIXTURES / 'xpu-smi-L_8.txt',
-                                   t=FIXTURES / 'xpu-smi_8_vc.txt'))
-    smi.chmod(0o755)
-    dev = make_dev(tmp_path, skip=(2,))
+def through_ansible(tmp_path, table, query, dev, module_args='', *extra):
+    """The module run by `ansible localhost -m xpu_info` with a fake xpu-smi; its result."""
+    smi = write_fake_smi(tmp_path, table, query)
     proc = make_proc(tmp_path)
     env = dict(os.environ,
                ANSIBLE_CONFIG=str(ROOT / 'ansible.cfg'),
@@ -399,17 +387,21 @@ def test_through_ansible(tmp_path):
                ANSIBLE_STDOUT_CALLBACK='ansible.builtin.json',
                ANSIBLE_CACHE_PLUGIN='memory',
                ANSIBLE_LOCAL_TEMP=str(tmp_path / 'ansible-local'),
-               ANSIBLE_REMOTE_TEMP=str(tmp_path / 'ansible-remote'),
-               PATH=str(smi.parent) + os.pathsep + os.environ.get('PATH', ''))
+               ANSIBLE_REMOTE_TEMP=str(tmp_path / 'ansible-remote'))
     cmd = [str(ROOT / '.venv' / 'bin' / 'ansible'), 'localhost', '-i', 'localhost,', '-c', 'local',
-           '-e', 'ansible_python_interpreter=%s' % sys.executable,
+           '-e', 'ansible_python_interpreter=%s' % sys.executable, *extra,
            '-m', 'xpu_info', '-a',
-           'xpu_smi_path=%s dev_dir=%s proc_dir=%s' % (smi, dev, proc)]
+           'xpu_smi_path=%s dev_dir=%s proc_dir=%s %s' % (smi, dev, proc, module_args)]
     out = subprocess.run(cmd, cwd=str(ROOT), env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     doc, _ = json.JSONDecoder().raw_decode(out.stdout[out.stdout.index('{'):])
-    res = doc['plays'][0]['tasks'][0]['hosts']['localhost']
+    return smi, doc['plays'][0]['tasks'][0]['hosts']['localhost']
+
+
+@pytest.mark.skipif(not (ROOT / '.venv' / 'bin' / 'ansible').exists(), reason='no .venv/bin/ansible')
+def test_through_ansible(tmp_path):
+    smi, res = through_ansible(tmp_path, 'xpu-smi_8_vc.txt', 'xpu-smi-q_mixed.txt', make_dev(tmp_path, skip=(2,)))
     facts = res['ansible_facts']
     assert res['changed'] is False
     assert facts['xpu_smi_path'] == str(smi)
@@ -422,30 +414,9 @@ def test_through_ansible(tmp_path):
 @pytest.mark.skipif(not (ROOT / '.venv' / 'bin' / 'ansible').exists(), reason='no .venv/bin/ansible')
 def test_power_cap_full_through_ansible(tmp_path):
     """The option as a role passes it (a templated string) reaches the module as a number."""
-    smi = tmp_path / 'bin' / 'xpu-smi'
-    smi.parent.mkdir()
-    smi.write_text(FAKE_SMI.format(q=FIXTURES / 'xpu-smi-q_power3_120_5_na.txt',
-                                   l=FIXTURES / 'xpu-smi-L_8.txt',
-                                   t=FIXTURES / 'xpu-smi_power3_120_5_na.txt'))
-    smi.chmod(0o755)
-    dev = make_dev(tmp_path)
-    proc = make_proc(tmp_path)
-    env = dict(os.environ,
-               ANSIBLE_CONFIG=str(ROOT / 'ansible.cfg'),
-               ANSIBLE_LOAD_CALLBACK_PLUGINS='1',
-               ANSIBLE_STDOUT_CALLBACK='ansible.builtin.json',
-               ANSIBLE_CACHE_PLUGIN='memory',
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / 'ansible-local'),
-               ANSIBLE_REMOTE_TEMP=str(tmp_path / 'ansible-remote'))
-    cmd = [str(ROOT / '.venv' / 'bin' / 'ansible'), 'localhost', '-i', 'localhost,', '-c', 'local',
-           '-e', 'ansible_python_interpreter=%s' % sys.executable, '-e', 'full_cap=400',
-           '-m', 'xpu_info', '-a',
-           'xpu_smi_path=%s dev_dir=%s proc_dir=%s power_cap_full={{ full_cap }}' % (smi, dev, proc)]
-    out = subprocess.run(cmd, cwd=str(ROOT), env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
-    assert out.returncode == 0, out.stdout + out.stderr
-    doc, _ = json.JSONDecoder().raw_decode(out.stdout[out.stdout.index('{'):])
-    facts = doc['plays'][0]['tasks'][0]['hosts']['localhost']['ansible_facts']
+    _, res = through_ansible(tmp_path, 'xpu-smi_power3_120_5_na.txt', 'xpu-smi-q_power3_120_5_na.txt',
+                             make_dev(tmp_path), 'power_cap_full={{ full_cap }}', '-e', 'full_cap=400')
+    facts = res['ansible_facts']
     assert [d['index'] for d in facts['xpu_low_power_devices']] == [3]
     assert [d['index'] for d in facts['xpu_power_cap_unknown']] == [5]
     assert [d['power_cap_w'] for d in facts['xpu_devices']] == [400, 400, 400, 120, 400, None, 400, 400]
