@@ -183,9 +183,11 @@ def seed(root, big_mb=240, small=3000, rng=None):
     big.mkdir(parents=True, exist_ok=True)
     for i in range(max(1, big_mb // 4)):
         (big / ("blob%03d.bin" % i)).write_bytes(rng.randbytes(4 << 20))
-    with open(root / "users/u02/sparse.img", "wb") as f:  # 1 GiB apparent, 16 KiB of data
-        f.truncate(1 << 30)
-        for off in (0, 256 << 20, (600 << 20) + 12345, (1 << 30) - 4096):
+    # 256 MiB apparent, 16 KiB of data. Every hash and copy reads the holes as zeros, so
+    # the apparent size is kept small enough not to dominate the suite's CPU.
+    with open(root / "users/u02/sparse.img", "wb") as f:
+        f.truncate(256 << 20)
+        for off in (0, 64 << 20, (150 << 20) + 12345, (256 << 20) - 4096):
             f.seek(off)
             f.write(rng.randbytes(4096))
     with open(root / "users/u02/zeros-dense.bin", "wb") as f:  # explicit zeros, not holes
@@ -457,7 +459,7 @@ def test_carry_check_mode_then_real_then_idempotent(scratch, tmp_path):
     assert_carried(s, before)
     # sparse stays sparse on the new volume
     st = os.stat(s.src / "users/u02/sparse.img")
-    assert st.st_blocks * 512 < 64 << 20
+    assert st.st_blocks * 512 < 16 << 20
 
     rc, res = run(playbook(s, tmp_path, diff=True))
     assert rc == 0 and res["changed"] is False, res
