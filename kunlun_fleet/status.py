@@ -1,0 +1,475 @@
+"""kunlun-fleet status: every serving host's state, read live and read-only, as one table
+(or one JSON document), judged by the health rules below.
+
+playbooks/status.yml runs through kunlun_fleet/runner.py as deploy does (the inventory's
+vault password, a run report in reports/runs/<id>-status/), in check mode and quietly: the
+results of its host_status and gateway tasks are taken from the run's events, and only the
+table is printed at the end. The last acceptance figure per host is read here, on the
+controller (the acceptance stage writes reports/acceptance.json on the controller only).
+
+Health (health(): a pure function): a host is unhealthy when it is unreachable, its state
+could not be read, kunlun-serve is not active, it does not run the current serving image,
+fewer of its accelerators are ok than expected (or it has no driver facts), or - when the
+inventory has gateways - it is not in every gateway's worker list. Warnings (cards below
+full power, /home unreadable or nearly full, /metrics unreadable, a failed acceptance
+figure) are shown, never judged.
+
+Exit codes: 0 every host healthy; 2 a host unhealthy; 4 a host unreachable (whatever the
+others); 1 the run itself failed (ansible-playbook stopped naming no host); 3 refused input
+(a missing inventory); 130 interrupted.
+"""
+
+import base64
+import datetime
+import io
+import json
+import os
+import re
+import shlex
+import sys
+
+from kunlun_fleet import runner
+
+PLAYBOOK = "playbooks/status.yml"
+HEALTHY, UNHEALTHY = runner.OK, runner.FAILED
+UNREACHABLE = runner.UNREACHABLE
+# Below this share of free space the data volume gets a warning.
+LOW_FREE_PCT = 10.0
+COLUMNS = ("host", "reachable", "OS", "/home", "driver", "devices", "power", "image", "service", "model",
+           "gateway", "run/wait", "last figure", "health")
+
+
+# ---------------------------------------------------------------- the run's events
+def new_state():
+    """What the events of a status run said: host_status results, unreachable and failed
+    hosts, and the gateways' task results (None: the task did not run; []: no gateway)."""
+    return {"results": {}, "unreachable": {}, "failed": {}, "lists": None, "units": None}
+
+
+def _action(data, name):
+    action = data.get("task_action") or ""
+    return action == name or action.endswith("." + name)
+
+
+def _message(res):
+    if not isinstance(res, dict):
+        return str(res)
+    msg = res.get("msg") or res.get("module_stderr") or res.get("stderr") or ""
+    if not isinstance(msg, str):
+        msg = json.dumps(msg)
+    # uri's "Status code was -1 and not [200]: Request failed: <urlopen error [Errno 111] ...>"
+    failed = re.search(r"Request failed: (?:<urlopen error )?(.*?)>?$", msg.strip())
+    if failed:
+        msg = failed.group(1)
+    # One line: a connection's "... last 100 lines received:" says what matters last.
+    lines = [line.strip() for line in msg.splitlines() if line.strip()]
+    if len(lines) > 1 and "lines received" in lines[0]:
+        lines = lines[-1:]
+    msg = " ".join(lines)
+    return (msg if len(msg) <= 300 else msg[:300] + " ...") or "no message"
+
+
+def collect(state, event):
+    """Feeds one ansible-runner event into `state` (new_state())."""
+    kind = event.get("event")
+    data = event.get("event_data") or {}
+    host, res = data.get("host"), data.get("res")
+    if _action(data, "host_status") and host:
+        if kind == "runner_on_ok":
+            state["results"][host] = res or {}
+        elif kind == "runner_on_unreachable":
+            state["unreachable"][host] = _message(res)
+        elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+            state["failed"][host] = _message(res)
+        return
+    for action, key in (("uri", "lists"), ("slurp", "units")):
+        if _action(data, action):
+            if kind == "runner_on_skipped" and not (res or {}).get("results"):
+                state[key] = []  # an empty loop: the inventory has no gateway
+            elif kind in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable") and isinstance(res, dict):
+                state[key] = [r for r in res.get("results") or [] if isinstance(r, dict)]
+
+
+# ---------------------------------------------------------------- the gateways
+def unit_worker_urls(text):
+    """The --worker-urls of a gateway unit's ExecStart (None when it names none)."""
+    joined = re.sub(r"\\\n", " ", text or "")
+    for line in joined.splitlines():
+        line = line.strip()
+        if not line.startswith("ExecStart="):
+            continue
+        try:
+            argv = shlex.split(line[len("ExecStart="):])
+        except ValueError:
+            argv = line.split()
+        if "--worker-urls" not in argv:
+            return None
+        urls = []
+        for token in argv[argv.index("--worker-urls") + 1:]:
+            if token.startswith("-"):
+                break
+            urls.append(token)
+        return urls
+    return None
+
+
+def gateways_view(lists, units):
+    """{gateway: {answering, workers, configured, error}} from the two tasks' results
+    (None when they did not run)."""
+    if lists is None:
+        return None
+    view = {}
+    for item in lists:
+        gw = item.get("status_gateway") or item.get("item")
+        if not gw:
+            continue
+        entry = {"answering": False, "workers": None, "configured": None, "error": ""}
+        body = item.get("json")
+        if body is None and item.get("content"):  # a router that answers without a JSON content type
+            try:
+                body = json.loads(item["content"])
+            except ValueError:
+                body = None
+        if item.get("unreachable"):
+            entry["error"] = "unreachable: %s" % _message(item)
+        elif item.get("status") == 200 and isinstance(body, dict) and isinstance(body.get("urls"), list):
+            entry.update(answering=True, workers=[str(u) for u in body["urls"]])
+        else:
+            entry["error"] = "not answering (%s)" % (
+                "HTTP %s" % item.get("status") if (item.get("status") or -1) > 0 else _message(item))
+        view[gw] = entry
+    for item in units or []:
+        gw = item.get("status_gateway") or item.get("item")
+        if gw in view and item.get("content") and not item.get("failed"):
+            try:
+                text = base64.b64decode(item["content"]).decode("utf-8", "replace")
+            except (ValueError, TypeError):
+                continue
+            view[gw]["configured"] = unit_worker_urls(text)
+    return view
+
+
+def gateway_state(worker_url, gateways):
+    """{state, detail, per_gateway}: in (listed by every gateway), drained (a gateway was
+    started with it and no longer lists it), absent (not listed, not configured), unknown
+    (a gateway did not answer, or they were not read), n/a (the inventory has no gateway)."""
+    if gateways is None:
+        return {"state": "unknown", "detail": "the gateways were not read", "per_gateway": {}}
+    if not gateways:
+        return {"state": "n/a", "detail": "no gateway in the inventory", "per_gateway": {}}
+    per = {}
+    for gw, g in sorted(gateways.items()):
+        if not g["answering"]:
+            per[gw] = "unknown"
+        elif worker_url and worker_url in g["workers"]:
+            per[gw] = "in"
+        elif worker_url and g["configured"] and worker_url in g["configured"]:
+            per[gw] = "drained"
+        else:
+            per[gw] = "absent"
+    if all(s == "in" for s in per.values()):
+        return {"state": "in", "detail": "listed by %s" % ", ".join(per), "per_gateway": per}
+    state = next(s for s in ("drained", "absent", "unknown") if s in per.values())
+    words = {"drained": "drained (taken out with remove_worker) on %s", "absent": "not listed on %s",
+             "unknown": "gateway %s %s"}
+    parts = []
+    for gw, s in per.items():
+        if s == "in":
+            continue
+        parts.append(words[s] % ((gw, gateways[gw]["error"]) if s == "unknown" else gw))
+    if not worker_url:
+        parts.append("no worker URL for this host")
+    return {"state": state, "detail": "; ".join(parts), "per_gateway": per}
+
+
+# ---------------------------------------------------------------- the acceptance figure
+def read_acceptance(path):
+    """{hosts, target, measured_at, file} from the acceptance stage's figures, or None."""
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+        when = datetime.datetime.fromtimestamp(os.path.getmtime(path), datetime.timezone.utc)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    return {"hosts": data.get("hosts") if isinstance(data.get("hosts"), dict) else {},
+            "target": data.get("target_single_stream_tok_s"), "file": str(path),
+            "measured_at": when.isoformat(timespec="seconds")}
+
+
+def acceptance_of(host, acceptance):
+    if not acceptance or not isinstance(acceptance["hosts"].get(host), dict):
+        return None
+    figures = acceptance["hosts"][host]
+    rate, target = figures.get("tokens_per_s"), acceptance.get("target")
+    return {"tokens_per_s": rate, "target": target,
+            "pass": (rate is not None and target is not None and float(rate) >= float(target)),
+            "measured_at": acceptance["measured_at"], "file": acceptance["file"]}
+
+
+# ---------------------------------------------------------------- the health rules
+def health(row, has_gateway):
+    """Why a host is unhealthy, one reason each (empty: healthy). Pure: reads the row only.
+
+    Unreachable; its state not read; kunlun-serve not active; not running the current image;
+    fewer accelerators ok than expected (no driver facts included); not in every gateway
+    when the inventory has gateways (has_gateway)."""
+    if not row.get("reachable"):
+        return ["unreachable: %s" % (row.get("error") or "no answer")]
+    if row.get("error"):
+        return ["state not read: %s" % row["error"]]
+    reasons = []
+    service = row.get("service") or {}
+    unit = service.get("unit") or "kunlun-serve.service"
+    active = service.get("active")
+    if active != "active":
+        if active is None:
+            reasons.append("%s %s" % (unit, service.get("error") or "unreadable"))
+        elif active == "not-found":
+            reasons.append("%s is not installed" % unit)
+        else:
+            reasons.append("%s is %s" % (unit, active))
+    image = row.get("image") or {}
+    if image.get("state") != "current":
+        if image.get("state") == "stale":
+            reasons.append("image stale: runs %s%s, %s is %s" % (
+                short_id(image.get("runs_id")), _tags(image), image.get("ref"), short_id(image.get("current_id"))))
+        elif image.get("state") == "none":
+            reasons.append("no serving image (no unit, no container)")
+        else:
+            reasons.append("image unknown: %s" % (image.get("error") or "not read"))
+    driver = row.get("driver") or {}
+    if driver.get("state") != "present":
+        reasons.append(driver.get("error") or "no driver facts")
+    else:
+        expected = driver.get("expected") or driver.get("devices") or 0
+        ok = driver.get("devices_ok") or 0
+        if ok < expected:
+            bad = driver.get("bad_devices") or []
+            reasons.append("accelerators %d/%d ok%s" % (ok, expected, (" (not ok: %s)" % ", ".join(
+                str(b) for b in bad)) if bad else ""))
+    gateway = row.get("gateway") or {}
+    if has_gateway and gateway.get("state") != "in":
+        reasons.append("not in the gateway: %s" % (gateway.get("detail") or gateway.get("state")))
+    return reasons
+
+
+def warnings(row):
+    """What an operator should see without it making the host unhealthy."""
+    if not row.get("reachable") or row.get("error"):
+        return []
+    notes = []
+    driver = row.get("driver") or {}
+    if driver.get("low_power"):
+        notes.append("cards below full power: %s" % ", ".join(str(i) for i in driver["low_power"]))
+    volume = row.get("volume") or {}
+    if volume.get("error"):
+        notes.append("%s: %s" % (volume.get("mount_point") or "volume", volume["error"]))
+    if volume.get("free_pct") is not None and volume["free_pct"] < LOW_FREE_PCT:
+        notes.append("%s has %.1f%% free" % (volume.get("mount_point"), volume["free_pct"]))
+    serving = row.get("serving") or {}
+    if (row.get("service") or {}).get("active") == "active" and serving.get("error"):
+        notes.append(serving["error"])
+    for section in ("os",):
+        if (row.get(section) or {}).get("error"):
+            notes.append(row[section]["error"])
+    figure = row.get("acceptance")
+    if figure and figure.get("tokens_per_s") is not None and not figure.get("pass"):
+        notes.append("last acceptance figure %.1f tok/s is below the target %s" % (
+            float(figure["tokens_per_s"]), figure.get("target")))
+    return notes
+
+
+def short_id(image_id):
+    if not image_id:
+        return "-"
+    return image_id.split(":", 1)[-1][:12] if image_id.startswith("sha256:") else image_id
+
+
+def _tags(image):
+    tags = image.get("runs_tags") or []
+    return " (%s)" % ", ".join(tags) if tags else ""
+
+
+# ---------------------------------------------------------------- rows and the document
+def build_row(host, state, gateways, acceptance):
+    has_gateway = bool(gateways)
+    row = {"host": host, "reachable": host not in state["unreachable"], "error": None}
+    if host in state["unreachable"]:
+        row["error"] = state["unreachable"][host]
+    elif host in state["failed"]:
+        row["error"] = state["failed"][host]
+    else:
+        res = state["results"].get(host) or {}
+        for key in ("os", "volume", "driver", "service", "image", "serving"):
+            row[key] = res.get(key) if isinstance(res.get(key), dict) else {}
+    worker_url = (row.get("serving") or {}).get("worker_url") or ""
+    row["gateway"] = gateway_state(worker_url, gateways)
+    row["acceptance"] = acceptance_of(host, acceptance)
+    row["reasons"] = health(row, has_gateway)
+    row["warnings"] = warnings(row)
+    row["healthy"] = not row["reasons"]
+    return row
+
+
+def _natural(name):
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def document(state, acceptance=None):
+    """The status document: {hosts, healthy, gateways, exit_code, ...}."""
+    gateways = gateways_view(state["lists"], state["units"])
+    names = set(state["results"]) | set(state["unreachable"]) | set(state["failed"])
+    rows = [build_row(h, state, gateways, acceptance) for h in sorted(names, key=_natural)]
+    doc = {"hosts": rows, "healthy": bool(rows) and all(r["healthy"] for r in rows),
+           "gateways": gateways, "acceptance_file": (acceptance or {}).get("file")}
+    doc["exit_code"] = exit_code(rows)
+    return doc
+
+
+def exit_code(rows):
+    """4 when a host is unreachable, else 2 when a host is unhealthy, else 0."""
+    if any(not r["reachable"] for r in rows):
+        return UNREACHABLE
+    if any(not r["healthy"] for r in rows):
+        return UNHEALTHY
+    return HEALTHY
+
+
+# ---------------------------------------------------------------- the table
+def human_bytes(n):
+    if n is None:
+        return "?"
+    value = float(n)
+    for unit in ("B", "K", "M", "G", "T", "P"):
+        if value < 1024 or unit == "P":
+            return ("%.0f%s" if unit == "B" else "%.1f%s") % (value, unit)
+        value /= 1024.0
+    return "%dB" % n
+
+
+def human_age(seconds):
+    if seconds is None:
+        return ""
+    seconds = int(seconds)
+    if seconds >= 86400:
+        return "%dd%dh" % (seconds // 86400, seconds % 86400 // 3600)
+    if seconds >= 3600:
+        return "%dh%02dm" % (seconds // 3600, seconds % 3600 // 60)
+    return "%dm" % (seconds // 60) if seconds >= 60 else "%ds" % seconds
+
+
+def cells(row):
+    """A row's table cells, in COLUMNS order."""
+    health_cell = "ok" if row["healthy"] else "UNHEALTHY: " + "; ".join(row["reasons"])
+    if not row["reachable"] or row.get("error"):
+        blank = ["-"] * (len(COLUMNS) - 3)
+        return [row["host"], "yes" if row["reachable"] else "NO"] + blank + [health_cell]
+    osr, vol, drv = row["os"], row["volume"], row["driver"]
+    svc, img, srv, gw = row["service"], row["image"], row["serving"], row["gateway"]
+    os_cell = " ".join(x for x in ((osr.get("pretty_name") or "?").replace(" GNU/Linux", ""),
+                                   osr.get("kernel") or "") if x)
+    if vol.get("size_bytes"):
+        vol_cell = "%s %s %s%% free" % (vol.get("fstype") or "(no mount)", human_bytes(vol["size_bytes"]),
+                                        ("%.0f" % vol["free_pct"]) if vol.get("free_pct") is not None else "?")
+    else:
+        vol_cell = "unreadable"
+    if drv.get("state") == "present":
+        driver_cell = drv.get("version") or "?"
+        devices_cell = "%s/%s" % (drv.get("devices_ok"), drv.get("expected") or drv.get("devices"))
+        power_cell = {True: "ok", False: "LOW %d" % len(drv.get("low_power") or []), None: "?"}[drv.get("power_ok")]
+    else:
+        driver_cell = "no facts" if drv.get("state") == "absent" else "unreadable"
+        devices_cell = power_cell = "-"
+    image_cell = img.get("state") or "?"
+    if image_cell == "stale" and "previous" in (img.get("runs_tags") or []):
+        image_cell = "stale (previous)"
+    service_cell = svc.get("active") or "unreadable"
+    if svc.get("active") == "active" and svc.get("active_for_s") is not None:
+        service_cell += " " + human_age(svc["active_for_s"])
+    run, wait = srv.get("requests_running"), srv.get("requests_waiting")
+    requests_cell = "-" if run is None and wait is None else "%s/%s" % (
+        "?" if run is None else run, "?" if wait is None else wait)
+    figure = row.get("acceptance")
+    if figure and figure.get("tokens_per_s") is not None:
+        figure_cell = "%.1f tok/s%s" % (float(figure["tokens_per_s"]), "" if figure["pass"] else " FAIL")
+    else:
+        figure_cell = "-"
+    return [row["host"], "yes", os_cell, vol_cell, driver_cell, devices_cell, power_cell, image_cell,
+            service_cell, srv.get("model") or "-", gw.get("state") or "?", requests_cell, figure_cell, health_cell]
+
+
+def render_table(doc):
+    rows = [list(COLUMNS)] + [cells(r) for r in doc["hosts"]]
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(COLUMNS) - 1)]
+    lines = ["  ".join([str(c).ljust(w) for c, w in zip(r[:-1], widths)] + [str(r[-1])]).rstrip() for r in rows]
+    hosts = doc["hosts"]
+    unreachable = sum(1 for r in hosts if not r["reachable"])
+    unhealthy = sum(1 for r in hosts if r["reachable"] and not r["healthy"])
+    lines.append("")
+    lines.append("%d host(s): %d healthy, %d unhealthy, %d unreachable (exit %d)" % (
+        len(hosts), len(hosts) - unhealthy - unreachable, unhealthy, unreachable, doc["exit_code"]))
+    for r in hosts:
+        for note in r["warnings"]:
+            lines.append("  warning %s: %s" % (r["host"], note))
+    gateways = doc.get("gateways")
+    if gateways:
+        for gw, g in sorted(gateways.items()):
+            lines.append("gateway %s: %s" % (gw, "%d worker(s) listed" % len(g["workers"]) if g["answering"]
+                                             else g["error"]))
+    elif gateways is None and hosts:
+        lines.append("gateways: not read (no host answered)")
+    if doc.get("acceptance_file"):
+        when = next((r["acceptance"]["measured_at"] for r in hosts if r.get("acceptance")), None)
+        if when:
+            lines.append("last figure: single-stream tok/s from %s (%s)" % (doc["acceptance_file"], when))
+    if doc.get("report"):
+        lines.append("report: %s" % doc["report"])
+    return "\n".join(lines) + "\n"
+
+
+def render_json(doc):
+    return json.dumps(doc, indent=2, sort_keys=False) + "\n"
+
+
+# ---------------------------------------------------------------- the run
+class StatusRun(runner.Run):
+    """The runner's run of playbooks/status.yml, quiet, that keeps the tasks' results."""
+
+    def __init__(self, inventory, limit=None, argv=None, base=None):
+        super().__init__("status", PLAYBOOK, ["--check"], inventory=inventory, limit=limit, output="quiet",
+                         argv=argv, stream=io.StringIO(), base=base)
+        self.state = new_state()
+
+    def on_event(self, event):
+        super().on_event(event)  # masked in place first
+        collect(self.state, event)
+
+
+def run(inventory, limit=None, as_json=False, argv=None, out=None, base=None):
+    """Runs the status playbook, prints the table (or the JSON document), returns the exit code."""
+    out = out or sys.stdout
+    try:
+        status_run = StatusRun(inventory, limit, argv=argv, base=base)
+    except runner.Refused as exc:
+        sys.stderr.write("kunlun-fleet status: %s\n" % exc)
+        return runner.REFUSED
+    code = status_run.run()
+    report = status_run.dir / "summary.md"
+    if code == runner.INTERRUPTED:
+        sys.stderr.write("kunlun-fleet status: interrupted; report: %s\n" % report)
+        return code
+    acceptance = read_acceptance(os.path.join(str(status_run.base), "reports", "acceptance.json"))
+    doc = document(status_run.state, acceptance)
+    doc["report"] = str(report)
+    if not doc["hosts"]:
+        code = code if code != runner.OK else runner.ERROR
+        said = (status_run.summary or {}).get("error_output") or []
+        sys.stderr.write("kunlun-fleet status: no host was read (exit %d)%s\n  report: %s\n" % (
+            code, "".join("\n  " + line for line in said), report))
+        if as_json:
+            out.write(render_json(dict(doc, exit_code=code, error=said or ["no host was read"])))
+        return code
+    out.write(render_json(doc) if as_json else render_table(doc))
+    return doc["exit_code"]
