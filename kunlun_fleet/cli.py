@@ -7,6 +7,10 @@ a live view or ansible-playbook's output, a report per run, exit codes (docs/cli
   kunlun-fleet stage NAME -i INVENTORY [--limit HOSTS] [--plain | --json] [args]
                                                              playbooks/NAME.yml
   kunlun-fleet runs [show ID]                                the run reports (reports/runs/)
+  kunlun-fleet status -i INVENTORY [--limit HOSTS] [--json]  every serving host's state, read-only
+  kunlun-fleet hostkeys -i INVENTORY [--limit HOSTS] [--accept]  every host's SSH host key: known, new, CHANGED
+  kunlun-fleet bootstrap -i INVENTORY (--ask-pass | --password-file F) [--deploy-user NAME]
+                                                             the controller's key on password-only servers
   kunlun-fleet bundle-check DIR                              verify an offline bundle
   kunlun-fleet api-key -i INVENTORY [--show]                 make the fleet's API key once (ansible-vault)
   kunlun-fleet bench -i INVENTORY [--concurrency 1,64,...] [--duration S | --requests N] [--check]
@@ -83,6 +87,29 @@ def cmd_stage(ns, rest):
     return runner.run_playbook("stage", str(playbook), rest, inventory=ns.inventory, limit=ns.limit,
                                stages=stages, output=_output(ns), resume=(head, rest, None), argv=_argv(ns),
                                label="stage-%s" % ns.name)
+
+
+def cmd_status(ns):
+    """playbooks/status.yml, read-only and quiet, through the runner; the table or --json."""
+    from kunlun_fleet import status
+
+    return status.run(ns.inventory, ns.limit, as_json=ns.json, argv=_argv(ns))
+
+
+def cmd_hostkeys(ns):
+    """Every host's SSH host key against INV/.ssh/known_hosts; --accept records the new ones."""
+    from kunlun_fleet import hostkeys
+
+    return hostkeys.run_hostkeys(ns.inventory, ns.limit, do_accept=ns.accept, as_json=ns.json,
+                                 timeout=ns.timeout, vault_password_file=ns.vault_password_file)
+
+
+def cmd_bootstrap(ns, rest):
+    """playbooks/bootstrap.yml with the login password, once every host key is known."""
+    from kunlun_fleet import hostkeys
+
+    return hostkeys.run_bootstrap(ns.inventory, ns.limit, ask_pass=ns.ask_pass, password_file=ns.password_file,
+                                  deploy_user=ns.deploy_user, rest=rest, output=_output(ns), argv=_argv(ns))
 
 
 def cmd_bundle_check(ns, rest):
@@ -254,6 +281,39 @@ def build_parser():
     p.add_argument("action", nargs="?", choices=["show"])
     p.add_argument("run_id", nargs="?", metavar="ID", help="a run id, a unique prefix of one, or 'last'")
     p.set_defaults(func=cmd_runs)
+    p = sub.add_parser("status", help="every serving host's state, live and read-only: one row per host",
+                       allow_abbrev=False,
+                       epilog="exit codes: 0 every host healthy, 2 a host unhealthy, 4 a host unreachable, 1 error, "
+                              "3 refused input, 130 interrupted (docs/cli.md)")
+    p.add_argument("-i", "--inventory", required=True, help="the inventory (a directory, as inventories/example)")
+    p.add_argument("-l", "--limit", help="the hosts to read (ansible-playbook's --limit)")
+    p.add_argument("--json", action="store_true", help="one JSON document {hosts: [...], healthy: bool, ...}")
+    p.set_defaults(func=cmd_status)
+    p = sub.add_parser("hostkeys", help="every host's SSH host key and fingerprint: known, new, CHANGED, unreachable",
+                       allow_abbrev=False,
+                       epilog="exit codes: 0 every key known (or accepted now), 1 new keys not accepted yet, "
+                              "3 refused (a CHANGED key; or a bad command line or inventory), 4 unreachable hosts "
+                              "(docs/cli.md)")
+    p.add_argument("-i", "--inventory", required=True, help="the inventory (a directory, as inventories/example)")
+    p.add_argument("-l", "--limit", help="the hosts to read (ansible-playbook's --limit)")
+    p.add_argument("--accept", action="store_true",
+                   help="append the new keys to INVENTORY/.ssh/known_hosts (never a CHANGED one)")
+    p.add_argument("--json", action="store_true", help="one JSON document {hosts: [...], exit_code, ...}")
+    p.add_argument("--timeout", type=float, default=5.0, help="seconds per host (default 5)")
+    p.add_argument("--vault-password-file", help="default: INVENTORY/.vault-password when it exists")
+    p.set_defaults(func=cmd_hostkeys)
+    p = sub.add_parser("bootstrap", help="the controller's key (and a deploy user) on servers that have only a password",
+                       allow_abbrev=False,
+                       epilog="other arguments go to ansible-playbook (-K, -e, --check, -v, ...). Host keys must be "
+                              "known first (kunlun-fleet hostkeys --accept). Exit codes: 0 ok, 1 error, 2 failed "
+                              "hosts, 3 refused (a host key not known, no public key), 4 unreachable (docs/cli.md)")
+    _run_options(p)
+    pw = p.add_mutually_exclusive_group()
+    pw.add_argument("-k", "--ask-pass", action="store_true", help="prompt for the login (root or sudo) password")
+    pw.add_argument("--password-file", metavar="FILE",
+                    help="the password on the first line of FILE (mode 0600; for scripts and tests)")
+    p.add_argument("--deploy-user", metavar="NAME", help="also make this user, with the key and passwordless sudo")
+    p.set_defaults(func=cmd_bootstrap)
     p = sub.add_parser("bundle-check", help="verify an offline bundle against its manifest and the pins")
     p.add_argument("bundle_dir")
     p.add_argument("--no-base-image", action="store_true",
@@ -296,7 +356,7 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     ns, rest = parser.parse_known_args(argv)
     ns.argv = argv
-    if rest and ns.command not in ("deploy", "stage", "bench"):
+    if rest and ns.command not in ("deploy", "stage", "bench", "bootstrap"):
         parser.error("unrecognized arguments: %s" % " ".join(rest))
     return ns.func(ns, rest) if _takes_rest(ns.func) else ns.func(ns)
 

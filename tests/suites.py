@@ -68,14 +68,18 @@ PHASES = [
     [
         # The sim fleet as a whole (SSH with checked keys, the inventory, sim-up's
         # idempotence and refusals, a second fleet beside the shared one): cheap, and
-        # sim-up 3 must not race a host lane's reset.
-        Suite("sim-kit", "fleet", ["tests/sim/test_fleet.py"]),
+        # sim-up 3 must not race a host lane's reset. Then first contact: host keys on a
+        # copy of the inventory, and a bootstrap of kf-node-3 reset password-only (reset
+        # to a plain host after; the e2e starts from bare hosts anyway).
+        Suite("sim-kit", "fleet", ["tests/sim/test_fleet.py", "tests/sim/test_first_contact.py"]),
         # From bare hosts through every stage, then the operator's checks; it leaves the
         # three hosts converged and serving, which the suites after it reuse.
         Suite("e2e", "fleet", ["tests/e2e"], timeout=2700),
         # The bench on the served fleet the e2e leaves: a short sweep through the gateway
         # and per host, the report files, client and server counts within 3%.
-        Suite("bench-sim", "fleet", ["tests/bench/test_bench_sim.py"], timeout=900),
+        # Then `kunlun-fleet status` on the same served fleet: all healthy and nothing changed,
+        # a stopped service named in its row, the host started again and read healthy.
+        Suite("bench-sim", "fleet", ["tests/bench/test_bench_sim.py", "tests/status/test_status_sim.py"], timeout=900),
         # Weights from peers: a host with a verified copy serves the others (bounded per
         # source, resumable, a dead source falls back); needs the model the e2e staged.
         Suite("model-peers", "fleet", ["tests/model"], timeout=900),

@@ -44,7 +44,15 @@ KNOWN_FAULTS = {
     "disk_has_fs": "machine: the data disk already holds an ext4 filesystem (label olddata)",
     "home_content": "kit: /home seeded with users' files (sparse file, hardlinks, odd names, ACL)",
     "docker_content": "kit: /var/lib/docker seeded with a named volume holding data",
+    "password_only": "machine: a server before first contact: root logs in with the password SIM_ROOT_PASSWORD "
+                     "(sshd allows it), the controller's key is not in root's authorized_keys",
 }
+# The root password of a password_only host: a fixed test password of the sim fleet (its
+# hosts live on this machine's private bridge), documented in kunlun_fleet/sim/README.md.
+SIM_ROOT_PASSWORD = "kunlun-sim-root"
+PASSWORD_ONLY_SSHD = ("# Sim kit, fault password_only: a server before first contact (root logs in with a\n"
+                      "# password; `kunlun-fleet bootstrap` installs the controller's key).\n"
+                      "PermitRootLogin yes\nPasswordAuthentication yes\n")
 BOOT_TIMEOUT = 180
 # Host addresses are 172.31.250.(10 + index) in a /24.
 MAX_INDEX = 240
@@ -211,6 +219,13 @@ def create_host(index, tag, faults, pubkey, fleet=""):
     dev = make_disk(index, faults)
     token = "%s.%s" % (name, secrets.token_hex(3))
     fault_text = "".join("%s=%s\n" % kv for kv in sorted(faults.items()))
+    files = {"etc/kunlun-kit/faults": (fault_text.encode(), 0o644),
+             "etc/kunlun-kit/host.conf": (("disk_token=%s\nhost=%s\n" % (token, host_name(index))).encode(), 0o644)}
+    if password_only(faults):
+        log("fault password_only: %s has a root password and not the controller's key" % host_name(index))
+        files["etc/ssh/sshd_config.d/kunlun-kit-password-only.conf"] = (PASSWORD_ONLY_SSHD.encode(), 0o644)
+    else:
+        files["root/.ssh/authorized_keys"] = ((pubkey + "\n").encode(), 0o600)
     args = [
         "create", "--name", name, "--hostname", host_name(index),
         "--network", NETWORK, "--ip", host_address(index), "--network-alias", host_name(index),
@@ -230,11 +245,7 @@ def create_host(index, tag, faults, pubkey, fleet=""):
         tag, "/sbin/init",
     ]
     docker(*args)
-    payload = image.tar_bytes(
-        {"etc/kunlun-kit/faults": (fault_text.encode(), 0o644),
-         "etc/kunlun-kit/host.conf": (("disk_token=%s\nhost=%s\n" % (token, host_name(index))).encode(), 0o644),
-         "root/.ssh/authorized_keys": ((pubkey + "\n").encode(), 0o600)},
-        dirs=[("root/.ssh", 0o700)])
+    payload = image.tar_bytes(files, dirs=[("root/.ssh", 0o700)])
     docker("cp", "-", name + ":/", input=payload)
     docker("start", name)
     return {"index": index, "token": token, "faults": faults, "image": tag, "fleet": fleet,
@@ -290,6 +301,56 @@ def ssh_cmd(index, *command):
 
 def ssh_ok(index):
     return run(ssh_cmd(index, "true"), check=False, timeout=30).returncode == 0
+
+
+def password_only(faults):
+    return (faults or {}).get("password_only") not in (None, "", "0")
+
+
+def apply_password_only(index):
+    """Fault password_only, after boot: root's password (through chpasswd's stdin)."""
+    docker("exec", "-i", container_name(index), "chpasswd", input="root:%s\n" % SIM_ROOT_PASSWORD, timeout=60)
+
+
+def password_only_problem(index):
+    """None when a password_only host is as meant: root logs in with SIM_ROOT_PASSWORD
+    and not with the sim key, the host key checked against its fleet's known_hosts."""
+    import paramiko
+
+    known = known_hosts_path(inventory_dir(owner(index)))
+
+    def login(**auth):
+        client = paramiko.SSHClient()
+        client.load_host_keys(known)
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        try:
+            client.connect(host_address(index), username="root", look_for_keys=False, allow_agent=False,
+                           timeout=10, banner_timeout=10, auth_timeout=10, **auth)
+            return True
+        except paramiko.AuthenticationException:
+            return False
+        finally:
+            client.close()
+
+    try:
+        if not login(password=SIM_ROOT_PASSWORD):
+            return "root's password login fails"
+        if login(key_filename=SSH_KEY):
+            return "the sim key still logs in"
+    except Exception as exc:  # host key refused, no answer
+        return "%s: %s" % (type(exc).__name__, exc)
+    return None
+
+
+def ssh_as_meant(index, faults):
+    """SSH to the host works as its faults mean: with the key and checked host keys, or
+    (password_only) with the password and not the key."""
+    if password_only(faults):
+        problem = password_only_problem(index)
+        if problem:
+            log("%s (password_only): %s" % (host_name(index), problem))
+        return problem is None
+    return ssh_ok(index)
 
 
 def drop_control_masters(indexes):
@@ -597,7 +658,10 @@ def up(count, fault_args=(), rebuild=False, refresh=False, first=1, inventory=IN
             version = faults.get("xpu_old_driver")
             if version:
                 apply_old_driver(index, version)
-        bad = [host_name(i) for i in indexes if not ssh_ok(i)]
+            if password_only(faults):
+                apply_password_only(index)
+        bad = [host_name(i) for i in indexes
+               if not ssh_as_meant(i, state["hosts"].get(str(i), {}).get("faults"))]
         if bad:
             raise SimError("SSH with checked host keys fails for %s; see `sim-status`" % ", ".join(bad))
         image.prune_old_images(tag)
@@ -645,7 +709,9 @@ def reset(host, fault_args=()):
         drop_control_masters([index])
         if faults.get("xpu_old_driver"):
             apply_old_driver(index, faults["xpu_old_driver"])
-        if not ssh_ok(index):
+        if password_only(faults):
+            apply_password_only(index)
+        if not ssh_as_meant(index, faults):
             raise SimError("SSH to %s with checked host keys fails after reset" % host_name(index))
         image.prune_old_images(tag)
     log("%s reset in %.1f s" % (host_name(index), time.time() - start))
@@ -738,7 +804,9 @@ def status():
             "host": host_name(index), "container": container_name(index),
             "address": host_address(index), "state": item["State"]["Status"],
             "systemd": systemd_state(index) if running else "-",
-            "ssh": ("ok" if ssh_ok(index) else "FAIL") if running and os.path.exists(known_hosts_path(inventory)) else "-",
+            "ssh": ("pw" if password_only(_current_faults(item)) and password_only_problem(index) is None
+                    else "ok" if ssh_ok(index) else "FAIL")
+            if running and os.path.exists(known_hosts_path(inventory)) else "-",
             "inventory": inventory,
             "disk": "%s=%s (%s file, %.1f GiB used)" % (DISK_DEVICE, loop, DISK_SIZE, used / 2.0 ** 30),
             "kit_loops": ["/dev/" + k for k in kit],
