@@ -680,8 +680,11 @@ class Run:
         if "ANSIBLE_VAULT_PASSWORD_FILE" in env:
             extra["ANSIBLE_VAULT_PASSWORD_FILE"] = env["ANSIBLE_VAULT_PASSWORD_FILE"]
         tty = self.output == "plain" and hasattr(self.out, "isatty") and self.out.isatty()
-        if not tty and "ANSIBLE_FORCE_COLOR" not in os.environ:
-            extra["ANSIBLE_NOCOLOR"] = "1"  # its pseudo-terminal would make it colour
+        # Its pseudo-terminal would make it colour; only a true ANSIBLE_FORCE_COLOR asks for
+        # that ("0" or "false" is Ansible's boolean false, as a caller piping the output sets it).
+        forced = os.environ.get("ANSIBLE_FORCE_COLOR", "").strip().lower() in ("1", "true", "yes", "on", "y", "t")
+        if not tty and not forced:
+            extra["ANSIBLE_NOCOLOR"] = "1"
         return extra
 
     def cmdline(self):

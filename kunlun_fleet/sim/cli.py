@@ -98,7 +98,7 @@ def _build_bundle():
 
 
 def _cmd_demo(args):
-    """sim-up 3, site.yml against inventories/sim, then a summary of what was done."""
+    """sim-up 3, `kunlun-fleet deploy -i inventories/sim`, then a summary of what was done."""
     from . import fleet
     extra = list(args.ansible_args or [])
     if extra[:1] == ["--"]:
@@ -108,12 +108,15 @@ def _cmd_demo(args):
     up_time = time.time() - started
     _build_bundle()
     playbook = os.path.join(REPO_ROOT, "site.yml")
-    bin_dir = os.path.dirname(sys.executable)
-    ansible_playbook = os.path.join(bin_dir, "ansible-playbook")
-    if not os.path.exists(ansible_playbook):
-        ansible_playbook = "ansible-playbook"
-    cmd = [ansible_playbook, "-i", INVENTORY_DIR, playbook] + extra
-    print("\n$ %s" % " ".join(cmd), flush=True)
+    # The operator's own command (kunlun_fleet/runner.py): the live per-host view on a
+    # terminal, ansible-playbook's output otherwise, and a run report under reports/runs/.
+    kunlun_fleet = os.path.join(os.path.dirname(sys.executable), "kunlun-fleet")
+    shown = ["kunlun-fleet", "deploy", "-i", INVENTORY_DIR] + extra
+    if os.path.exists(kunlun_fleet):
+        cmd = [kunlun_fleet] + shown[1:]
+    else:
+        cmd = [sys.executable, "-c", "import sys; from kunlun_fleet.cli import main; sys.exit(main())"] + shown[1:]
+    print("\n$ %s" % " ".join(shown), flush=True)
     from kunlun_fleet import vault
     env = dict(vault.vault_env(INVENTORY_DIR), ANSIBLE_CONFIG=os.path.join(REPO_ROOT, "ansible.cfg"))
     play_started = time.time()
@@ -205,11 +208,11 @@ def register(subparsers):
     p = subparsers.add_parser("sim-engine", help="start the sim fleet's Docker engine; print its DOCKER_HOST")
     p.set_defaults(func=_guarded(_cmd_engine))
 
-    p = subparsers.add_parser("demo", help="bring up 3 sim hosts and run site.yml against them")
+    p = subparsers.add_parser("demo", help="bring up 3 sim hosts and deploy site.yml to them (kunlun-fleet deploy)")
     p.add_argument("--count", type=int, default=3, help="number of hosts (default 3)")
     p.add_argument("--fault", action="append", metavar="HOST:NAME=VALUE", help="fault switch (repeatable)")
     p.add_argument("ansible_args", nargs=argparse.REMAINDER,
-                   help="extra ansible-playbook arguments (after --)")
+                   help="extra arguments of kunlun-fleet deploy, ansible-playbook's included (after --)")
     p.set_defaults(func=_guarded(_cmd_demo))
 
 

@@ -256,6 +256,19 @@ def test_the_environment_is_the_checkouts(tree, monkeypatch):
     assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
 
 
+@pytest.mark.parametrize("force, colour", [(None, False), ("0", False), ("false", False), ("1", True),
+                                           ("True", True)])
+def test_colour_only_when_forced_true(tree, monkeypatch, force, colour):
+    """Output that is not a terminal has no colour codes unless ANSIBLE_FORCE_COLOR is a
+    true boolean: a caller that pipes the output and sets it to 0 gets plain text."""
+    if force is None:
+        monkeypatch.delenv("ANSIBLE_FORCE_COLOR", raising=False)
+    else:
+        monkeypatch.setenv("ANSIBLE_FORCE_COLOR", force)
+    env = runner.Run("deploy", "site.yml", inventory=tree["inv"], base=tree["root"]).envvars()
+    assert ("ANSIBLE_NOCOLOR" not in env) is colour, env
+
+
 def test_from_and_only_choose_stages_in_site_order(tree, tmp_path):
     stages = runner.site_stages(tree["root"])
     assert [s["stage"] for s in stages] == STAGES
