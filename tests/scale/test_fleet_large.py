@@ -2,8 +2,12 @@
 hosts and a dedicated gateway host, as `sim-up` lays out five hosts and more) in their own
 inventory, for what scales with the number of hosts.
 
-Preflight, storage and driver on all of them in one run, then an unchanged re-run of the
-same stages (changed=0 on every host). The fleet's start time and memory go to
+Preflight, storage and driver on all of them in one run, as an operator runs them
+(`kunlun-fleet deploy --only`), with one host whose kernel headers are missing: the driver
+stage fails on that host alone, the ten others finish, and the run's report and its printed
+resume command name the host and the stage. The headers put back (as an operator installs
+them), the printed command finishes the job; then an unchanged re-run of the same stages
+(changed=0 on every host). The fleet's start time and memory go to
 reports/fleet-large.json (the figures the closing notes quote). Being a fleet of its own,
 it runs beside the suites of the shared three hosts (tests/suites.py); at the end it is
 removed and the shared fleet is left as it was."""
@@ -11,6 +15,7 @@ removed and the shared fleet is left as it was."""
 import json
 import os
 import re
+import shlex
 import subprocess
 import time
 from pathlib import Path
@@ -26,6 +31,8 @@ COUNT = 12
 FIRST = 21
 INDEXES = list(range(FIRST, FIRST + COUNT))
 SERVING = [host_name(i) for i in INDEXES[:-1]]
+# The serving host without kernel headers: preflight passes it, the driver stage refuses it.
+NO_HEADERS = INDEXES[-2]
 # Outside the repository: generated, and shared by every checkout's run of this lane.
 INVENTORY = os.path.join(SIM_HOME, "fleets", "large")
 # What grows with the number of hosts and needs no serving stack: the engine's package
@@ -34,15 +41,27 @@ STAGES = ["preflight", "storage", "driver"]
 pytestmark = pytest.mark.sim
 
 
-def stages(*extra):
-    """The stages in one run, as an operator runs them: `kunlun-fleet deploy --only`."""
+def kunlun_fleet(args):
+    """`kunlun-fleet ARGS` as the operator types it (args[0] == "kunlun-fleet"), plain output."""
+    assert args[0] == "kunlun-fleet", args
     # This fleet's own vault password (tests/conftest.py sets the shared fleet's for the session).
     env = {k: v for k, v in os.environ.items() if k != "ANSIBLE_VAULT_PASSWORD_FILE"}
     start = time.monotonic()
-    proc = subprocess.run([str(ROOT / ".venv/bin/kunlun-fleet"), "deploy", "-i", INVENTORY, "--plain",
-                           "--only", ",".join(STAGES), *extra],
+    proc = subprocess.run([str(ROOT / ".venv/bin/kunlun-fleet"), *args[1:], "--plain"],
                           cwd=ROOT, env=dict(env, ANSIBLE_NOCOLOR="1"), text=True, capture_output=True, timeout=2400)
     return time.monotonic() - start, proc.returncode, proc.stdout + proc.stderr
+
+
+def stages(*extra):
+    """The stages in one run, as an operator runs them: `kunlun-fleet deploy --only`."""
+    return kunlun_fleet(["kunlun-fleet", "deploy", "-i", INVENTORY, "--only", ",".join(STAGES), *extra])
+
+
+def printed(out, key):
+    """The value of the runner's closing `report:` or `resume:` line."""
+    found = re.findall(r"^%s: (.+)$" % key, out, re.M)
+    assert found, "no %s: line in:\n%s" % (key, out[-3000:])
+    return found[-1]
 
 
 def fleet_memory_mib():
@@ -70,7 +89,8 @@ def large_fleet():
     # Bare hosts every time: what an earlier session left of this fleet goes first.
     sim("sim-down", "--inventory", INVENTORY)
     start = time.monotonic()
-    proc = sim("sim-up", str(COUNT), "--first", str(FIRST), "--inventory", INVENTORY)
+    proc = sim("sim-up", str(COUNT), "--first", str(FIRST), "--inventory", INVENTORY,
+               "--fault", "%s:no_kernel_headers=1" % host_name(NO_HEADERS))
     figures = {"hosts": COUNT, "sim_up_s": round(time.monotonic() - start, 1),
                "memory_mib_after_up": {k: round(v, 1) for k, v in fleet_memory_mib().items()}}
     yield {"figures": figures, "sim_up": proc.stdout}
@@ -101,10 +121,32 @@ def test_twelve_hosts_up_and_reachable_with_checked_keys(large_fleet):
 def test_stages_converge_all_serving_hosts_then_change_nothing(large_fleet):
     took, rc, out = stages()
     (ROOT / "reports" / "fleet-large-first.log").write_text(out)
-    assert rc == 0, out[-6000:]
+    bad = host_name(NO_HEADERS)
+    # The host without headers failed in the driver stage; every other host finished.
+    assert rc == 2, out[-6000:]
     hosts = recap(out)
     assert set(SERVING) <= set(hosts), sorted(hosts)
-    assert all(hosts[h]["failed"] == 0 and hosts[h]["unreachable"] == 0 for h in hosts), hosts
+    assert {h for h in hosts if hosts[h]["failed"] or hosts[h]["unreachable"]} == {bad}, hosts
+    assert "%s runs kernel" % bad in out and "has no headers for it" in out, out[-6000:]
+    report = json.loads((ROOT / printed(out, "report")).with_name("summary.json").read_text())
+    assert report["failed_hosts"] == [bad] and report["exit_code"] == 2, report["failed_hosts"]
+    assert report["hosts"][bad]["first_failure"]["stage"] == "driver", report["hosts"][bad]
+    assert all(report["hosts"][h]["result"] == "ok" for h in SERVING if h != bad), report["hosts"]
+    resume = printed(out, "resume")
+    assert resume == report["resume"] == "kunlun-fleet deploy -i %s --only driver --limit %s" % (INVENTORY, bad), resume
+    assert ssh(NO_HEADERS, "ls /etc/ansible/facts.d/xpu.fact 2>/dev/null || echo none").stdout.strip() == "none"
+    # The fix an operator makes (the running kernel's headers installed: here, copied from a
+    # sibling host of the same image), then the printed command, as printed.
+    release = ssh(NO_HEADERS, "uname -r").stdout.strip()
+    headers = ssh(FIRST, "tar -C / -cf - usr/src/linux-headers-%s | base64 -w0" % release).stdout.strip()
+    ssh(NO_HEADERS, "echo %s | base64 -d | tar -C / -xf - && ln -sfn /usr/src/linux-headers-%s /lib/modules/%s/build"
+        % (headers, release, release))
+    resumed, rc, out_resume = kunlun_fleet(shlex.split(resume))
+    (ROOT / "reports" / "fleet-large-resume.log").write_text(out_resume)
+    assert rc == 0, out_resume[-6000:]
+    assert set(recap(out_resume)) == {bad}, recap(out_resume)
+    fact = json.loads(ssh(NO_HEADERS, "cat /etc/ansible/facts.d/xpu.fact").stdout)
+    assert len(fact["devices"]) == 8, fact
     # The new hosts really got the stages: the logical volume mounted at /home with XFS,
     # the driver with every accelerator (its facts file).
     for index in (INDEXES[0], INDEXES[5], INDEXES[-2]):
@@ -118,6 +160,6 @@ def test_stages_converge_all_serving_hosts_then_change_nothing(large_fleet):
     changed = {h: r["changed"] for h, r in recap(out2).items() if r["changed"]}
     assert changed == {}, changed
     figures = dict(large_fleet["figures"], stages=STAGES, first_run_s=round(took, 1),
-                   rerun_s=round(again, 1), memory_mib_after_stages={k: round(v, 1) for k, v in fleet_memory_mib().items()})
+                   resume_s=round(resumed, 1), rerun_s=round(again, 1), memory_mib_after_stages={k: round(v, 1) for k, v in fleet_memory_mib().items()})
     keep(figures)
     print(json.dumps(figures))
