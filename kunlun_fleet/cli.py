@@ -8,6 +8,8 @@ a live view or ansible-playbook's output, a report per run, exit codes (docs/cli
                                                              playbooks/NAME.yml
   kunlun-fleet runs [show ID]                                the run reports (reports/runs/)
   kunlun-fleet status -i INVENTORY [--limit HOSTS] [--json]  every serving host's state, read-only
+                      [--collect DIR]                        ... and the raw outputs the parsers read
+  kunlun-fleet conformance DIR                               the parsers over those outputs: ok/unreadable/differs
   kunlun-fleet hostkeys -i INVENTORY [--limit HOSTS] [--accept]  every host's SSH host key: known, new, CHANGED
   kunlun-fleet bootstrap -i INVENTORY (--ask-pass | --password-file F) [--deploy-user NAME]
                                                              the controller's key on password-only servers
@@ -93,7 +95,14 @@ def cmd_status(ns):
     """playbooks/status.yml, read-only and quiet, through the runner; the table or --json."""
     from kunlun_fleet import status
 
-    return status.run(ns.inventory, ns.limit, as_json=ns.json, argv=_argv(ns))
+    return status.run(ns.inventory, ns.limit, as_json=ns.json, argv=_argv(ns), collect_dir=ns.collect)
+
+
+def cmd_conformance(ns):
+    """The product's parsers over a `status --collect DIR`: ok, unreadable or differs per file."""
+    from kunlun_fleet import conformance
+
+    return conformance.run(ns.dir, as_json=ns.json)
 
 
 def cmd_hostkeys(ns):
@@ -288,7 +297,18 @@ def build_parser():
     p.add_argument("-i", "--inventory", required=True, help="the inventory (a directory, as inventories/example)")
     p.add_argument("-l", "--limit", help="the hosts to read (ansible-playbook's --limit)")
     p.add_argument("--json", action="store_true", help="one JSON document {hosts: [...], healthy: bool, ...}")
+    p.add_argument("--collect", metavar="DIR",
+                   help="also save each host's raw outputs (xpu-smi, lspci, lsblk, docker info, ...), serials and "
+                        "addresses masked, under DIR/<host>/ (read-only; see `conformance DIR`)")
     p.set_defaults(func=cmd_status)
+    p = sub.add_parser("conformance", help="the product's parsers over the outputs `status --collect DIR` saved",
+                       allow_abbrev=False,
+                       epilog="exit codes: 0 every file ok (or missing on the host), 2 a file unreadable or "
+                              "differing from the sim kit's, 3 bad input (no DIR, no DIR/<host>/index.json) "
+                              "(docs/cli.md)")
+    p.add_argument("dir", metavar="DIR", help="a directory written by `kunlun-fleet status --collect DIR`")
+    p.add_argument("--json", action="store_true", help="one JSON document {hosts: {...}, exit_code: N}")
+    p.set_defaults(func=cmd_conformance)
     p = sub.add_parser("hostkeys", help="every host's SSH host key and fingerprint: known, new, CHANGED, unreachable",
                        allow_abbrev=False,
                        epilog="exit codes: 0 every key known (or accepted now), 1 new keys not accepted yet, "

@@ -14,6 +14,11 @@ inventory has gateways - it is not in every gateway's worker list. Warnings (car
 full power, /home unreadable or nearly full, /metrics unreadable, a failed acceptance
 figure) are shown, never judged.
 
+--collect DIR (write_collection()): the same run also calls library/collect_outputs.py on each
+host (-e status_collect=true), which returns the raw outputs the product's parsers read, serials
+and addresses masked on the host; they are masked again and written under DIR/<host>/ with an
+index.json, for `kunlun-fleet conformance DIR` (kunlun_fleet/conformance.py).
+
 Exit codes: 0 every host healthy; 2 a host unhealthy; 4 a host unreachable (whatever the
 others); 1 the run itself failed (ansible-playbook stopped naming no host); 3 refused input
 (a missing inventory); 130 interrupted.
@@ -43,7 +48,7 @@ COLUMNS = ("host", "reachable", "OS", "/home", "driver", "devices", "power", "im
 def new_state():
     """What the events of a status run said: host_status results, unreachable and failed
     hosts, and the gateways' task results (None: the task did not run; []: no gateway)."""
-    return {"results": {}, "unreachable": {}, "failed": {}, "lists": None, "units": None}
+    return {"results": {}, "unreachable": {}, "failed": {}, "lists": None, "units": None, "outputs": {}}
 
 
 def _action(data, name):
@@ -81,6 +86,13 @@ def collect(state, event):
             state["unreachable"][host] = _message(res)
         elif kind == "runner_on_failed" and not data.get("ignore_errors"):
             state["failed"][host] = _message(res)
+        return
+    if _action(data, "collect_outputs") and host:
+        # status --collect: the raw outputs, masked on the host (collect_outputs).
+        if kind in ("runner_on_ok", "runner_on_failed") and isinstance(res, dict):
+            state["outputs"][host] = res
+        elif kind == "runner_on_unreachable":
+            state["outputs"][host] = {"failed": True, "msg": _message(res)}
         return
     for action, key in (("uri", "lists"), ("slurp", "units")):
         if _action(data, action):
@@ -433,12 +445,67 @@ def render_json(doc):
     return json.dumps(doc, indent=2, sort_keys=False) + "\n"
 
 
+# ---------------------------------------------------------------- --collect DIR
+def _collect_module():
+    """library/collect_outputs.py (its Masker), loaded from this checkout."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "library",
+                        "collect_outputs.py")
+    spec = importlib.util.spec_from_file_location("kunlun_fleet_collect_outputs", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _safe_name(name):
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "output"
+
+
+def write_collection(directory, outputs, hosts, when=None):
+    """DIR/<host>/<file> per output and DIR/<host>/index.json, from collect_outputs' results
+    ({host: result}); `hosts` (name: error) adds the hosts not collected (unreachable, not
+    read). The text was masked on the host; it is masked again here (placeholders are kept),
+    before anything is written. Returns {host: number of files written}."""
+    masking = _collect_module()
+    when = when or datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    written = {}
+    for host in sorted(set(outputs) | set(hosts), key=_natural):
+        res = outputs.get(host) or {}
+        host_dir = os.path.join(directory, _safe_name(host))
+        os.makedirs(host_dir, exist_ok=True)
+        entries = [dict(o) for o in res.get("outputs") or [] if isinstance(o, dict) and o.get("name")]
+        masker = masking.mask_outputs(entries)
+        index = {"host": host, "collected_at": when, "mount_point": res.get("mount_point"), "commands": [],
+                 "masked": res.get("masked") or masker.counts(), "error": None}
+        if not entries:
+            index["error"] = (hosts.get(host) or (_message(res) if res else None)
+                              or "not collected (collect_outputs did not run on this host)")
+        written[host] = 0
+        for o in entries:
+            name = _safe_name(o["name"])
+            item = {"command": o.get("command"), "file": None, "rc": o.get("rc"), "missing": bool(o.get("missing")),
+                    "reason": o.get("reason") or "", "stderr": o.get("stderr") or ""}
+            if not o.get("missing"):
+                with open(os.path.join(host_dir, name), "w") as fh:
+                    fh.write(o.get("stdout") or "")
+                item["file"] = name
+                written[host] += 1
+            index["commands"].append(item)
+        with open(os.path.join(host_dir, "index.json"), "w") as fh:
+            json.dump(index, fh, indent=2)
+            fh.write("\n")
+    return written
+
+
 # ---------------------------------------------------------------- the run
 class StatusRun(runner.Run):
-    """The runner's run of playbooks/status.yml, quiet, that keeps the tasks' results."""
+    """The runner's run of playbooks/status.yml, quiet, that keeps the tasks' results
+    (with collect: collect_outputs runs too, status_collect=true)."""
 
-    def __init__(self, inventory, limit=None, argv=None, base=None):
-        super().__init__("status", PLAYBOOK, ["--check"], inventory=inventory, limit=limit, output="quiet",
+    def __init__(self, inventory, limit=None, argv=None, base=None, collect=False):
+        args = ["--check"] + (["-e", "status_collect=true"] if collect else [])
+        super().__init__("status", PLAYBOOK, args, inventory=inventory, limit=limit, output="quiet",
                          argv=argv, stream=io.StringIO(), base=base)
         self.state = new_state()
 
@@ -447,11 +514,18 @@ class StatusRun(runner.Run):
         collect(self.state, event)
 
 
-def run(inventory, limit=None, as_json=False, argv=None, out=None, base=None):
-    """Runs the status playbook, prints the table (or the JSON document), returns the exit code."""
+def run(inventory, limit=None, as_json=False, argv=None, out=None, base=None, collect_dir=None):
+    """Runs the status playbook, prints the table (or the JSON document), returns the exit code.
+    collect_dir: also save each host's raw outputs, masked, under collect_dir/<host>/."""
     out = out or sys.stdout
+    if collect_dir:
+        try:
+            os.makedirs(collect_dir, exist_ok=True)
+        except OSError as exc:
+            sys.stderr.write("kunlun-fleet status: --collect %s: %s\n" % (collect_dir, exc.strerror or exc))
+            return runner.REFUSED
     try:
-        status_run = StatusRun(inventory, limit, argv=argv, base=base)
+        status_run = StatusRun(inventory, limit, argv=argv, base=base, collect=bool(collect_dir))
     except runner.Refused as exc:
         sys.stderr.write("kunlun-fleet status: %s\n" % exc)
         return runner.REFUSED
@@ -463,6 +537,13 @@ def run(inventory, limit=None, as_json=False, argv=None, out=None, base=None):
     acceptance = read_acceptance(os.path.join(str(status_run.base), "reports", "acceptance.json"))
     doc = document(status_run.state, acceptance)
     doc["report"] = str(report)
+    if collect_dir:
+        missed = dict((r["host"], r["error"] or "not collected") for r in doc["hosts"] if r.get("error"))
+        written = write_collection(collect_dir, status_run.state["outputs"], missed)
+        doc["collected"] = {"dir": os.path.abspath(collect_dir), "files": written}
+        sys.stderr.write("kunlun-fleet status: raw outputs of %d host(s) in %s (masked); check them with "
+                         "`kunlun-fleet conformance %s`\n" % (sum(1 for n in written.values() if n), collect_dir,
+                                                               collect_dir))
     if not doc["hosts"]:
         code = code if code != runner.OK else runner.ERROR
         said = (status_run.summary or {}).get("error_output") or []

@@ -79,7 +79,8 @@ PHASES = [
         # and per host, the report files, client and server counts within 3%.
         # Then `kunlun-fleet status` on the same served fleet: all healthy and nothing changed,
         # a stopped service named in its row, the host started again and read healthy.
-        Suite("bench-sim", "fleet", ["tests/bench/test_bench_sim.py", "tests/status/test_status_sim.py"], timeout=900),
+        Suite("bench-sim", "fleet", ["tests/bench/test_bench_sim.py", "tests/status/test_status_sim.py",
+                                     "tests/status/test_collect_sim.py"], timeout=900),
         # Weights from peers: a host with a verified copy serves the others (bounded per
         # source, resumable, a dead source falls back); needs the model the e2e staged.
         Suite("model-peers", "fleet", ["tests/model"], timeout=900),

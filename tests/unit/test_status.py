@@ -678,7 +678,10 @@ def test_human_sizes_and_ages():
 
 
 # ---------------------------------------------------------------- the playbook reads only
-READ_ONLY = {"host_status", "ansible.builtin.uri", "ansible.builtin.slurp"}
+# The project's own read-only modules (never changed, check mode supported) and the two
+# builtins the gateway reads use.
+OWN_MODULES = ("host_status", "collect_outputs")
+READ_ONLY = {*OWN_MODULES, "ansible.builtin.uri", "ansible.builtin.slurp"}
 
 
 def test_the_playbook_only_reads():
@@ -690,19 +693,23 @@ def test_the_playbook_only_reads():
     for play in plays:
         assert play.get("gather_facts") is False
         for task in play["tasks"]:
-            action = next(k for k in task if k in READ_ONLY or k.startswith("ansible.") or k == "host_status")
+            action = next(k for k in task if k in READ_ONLY or k.startswith("ansible.") or k in OWN_MODULES)
             assert action in READ_ONLY, task["name"]
             if action == "ansible.builtin.uri":
                 assert task[action].get("method", "GET") == "GET" and task["changed_when"] is False
                 assert task[action]["url"].startswith("http://127.0.0.1:")
             if action == "ansible.builtin.slurp":
                 assert task["changed_when"] is False
-            if action != "host_status":
+            if action == "collect_outputs":
+                # Only with --collect (kunlun-fleet status passes status_collect=true).
+                assert task["when"] == "status_collect | default(false) | bool", task.get("when")
+            if action not in OWN_MODULES:
                 assert task["run_once"] is True and task["failed_when"] is False and task["ignore_unreachable"]
 
 
-def test_the_module_never_changes_and_reads_no_key():
-    source = (ROOT / "library/host_status.py").read_text()
+@pytest.mark.parametrize("module", OWN_MODULES)
+def test_the_module_never_changes_and_reads_no_key(module):
+    source = (ROOT / "library" / (module + ".py")).read_text()
     assert "changed=False" in source and "changed=True" not in source
     assert "api-key" not in source.replace("the serving API key file", "")
     assert "supports_check_mode=True" in source
