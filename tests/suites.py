@@ -60,6 +60,9 @@ class Suite:
         self.result = None
         # Background suites yield the CPU to the shared fleet's lanes (see BACKGROUND).
         self.nice = 0
+        # Phase 2 suites find the shared fleet up (phase 1's sim-up): their sim_fleet
+        # fixture leaves the other lanes' hosts alone (KF_SIM_FLEET_UP=1).
+        self.fleet_up = False
 
 
 # The shared 3-host fleet's phases. Phase 1: the lane that owns the whole fleet. Phase 2:
@@ -147,6 +150,8 @@ BACKGROUND = [
     # the cores idle (measured with vmstat).
     Suite("fleet-large", "large", ["tests/scale"], timeout=1500, after="e2e"),
 ]
+for _suite in (s for phase in PHASES[1:] for s in phase):
+    _suite.fleet_up = True
 for _suite in BACKGROUND:
     _suite.nice = 5
 ALL = [s for phase in PHASES for s in phase] + BACKGROUND
@@ -265,6 +270,8 @@ def run_suite(suite):
             path.unlink()
     env = dict(os.environ, KF_STRICT_SKIPS="1", KF_SUITE_LOG=str(events), PYTHONUNBUFFERED="1",
                PATH="%s:%s" % (ROOT / ".venv" / "bin", os.environ.get("PATH", "")))
+    if suite.fleet_up:
+        env["KF_SIM_FLEET_UP"] = "1"
     cmd = suite.command or [PYTEST, "-p", "no:cacheprovider", "-q", "-m", suite.marks, *suite.paths]
     if suite.nice:
         cmd = ["nice", "-n", str(suite.nice), *cmd]

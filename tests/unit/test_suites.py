@@ -138,3 +138,21 @@ def test_background_lanes_run_beside_the_phases_at_a_lower_priority(tmp_path, mo
     assert beside[0].result["cpu"] >= 0.5 and phase1[0].result["cpu"] < 0.4
     out = capsys.readouterr().out
     assert "phase 1: " in out and "lane local (beside): " in out and "machine " in out
+
+
+def test_phase_two_suites_leave_the_other_lanes_hosts_alone(tmp_path, monkeypatch):
+    """Phase 2's lanes share the fleet phase 1 brought up: their suites get
+    KF_SIM_FLEET_UP=1, so the sim_fleet fixture runs no sim-up (which would check, and fail
+    on, a host another lane is rebooting); phase 1 and the lanes beside it do not."""
+    assert all(s.fleet_up for phase in suites.PHASES[1:] for s in phase)
+    assert not any(s.fleet_up for s in suites.PHASES[0] + suites.BACKGROUND)
+    monkeypatch.setattr(suites, "REPORTS", tmp_path)
+    monkeypatch.delenv("KF_SIM_FLEET_UP", raising=False)
+    seen = {}
+    for fleet_up in (False, True):
+        s = suites.Suite("env-%s" % fleet_up, "local", [], command=[
+            sys.executable, "-c", "import os; print(os.environ.get('KF_SIM_FLEET_UP', '-'))"])
+        s.fleet_up = fleet_up
+        suites.run_suite(s)
+        seen[fleet_up] = (tmp_path / (s.name + ".log")).read_text().strip()
+    assert seen == {False: "-", True: "1"}, seen
