@@ -137,6 +137,24 @@ def test_misspelled_variable(inventory, run_preflight):
                                 "did you mean kunlun_stack_device_count")
 
 
+def test_facts_of_an_earlier_run_are_not_unknown_variables(inventory, run_preflight, tmp_path):
+    """A re-run's host variables hold the facts the fact cache kept (xpu_info's xpu_*): they
+    are no inventory variable, so no 'declared by no role' warning names them, while a
+    variable really unknown still gets one."""
+    pb = tmp_path / "facts.yml"
+    pb.write_text("- hosts: p800-a01\n  gather_facts: false\n  tasks:\n"
+                  "    - ansible.builtin.set_fact:\n        xpu_processes: []\n        xpu_smi_path: /usr/local/bin/xpu-smi\n"
+                  "        cacheable: true\n")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path / "facts"))
+    cached = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(inventory.path), str(pb)],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert cached.returncode == 0, cached.stdout + cached.stderr
+    inventory.update("host_vars/p800-a01.yml", site_rack_label="r7")
+    rc, out = run_preflight(inventory)
+    assert "variable site_rack_label is declared by no role" in out, out[-4000:]
+    assert "xpu_processes" not in out and "xpu_smi_path" not in out, out[-4000:]
+
+
 def test_missing_required_host_var(inventory, run_preflight):
     (inventory.path / "host_vars/p800-a03.yml").unlink()
     rc, out = run_preflight(inventory)
