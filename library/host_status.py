@@ -160,6 +160,7 @@ import shlex
 import urllib.request as urllib_request
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.bench_results import parse_prometheus
 
 # Files read from the host; the readers take them as arguments (tests point them at fixtures).
 OS_RELEASE = "/etc/os-release"
@@ -167,7 +168,6 @@ MOUNTINFO = "/proc/self/mountinfo"
 UPTIME = "/proc/uptime"
 UNIT_DIR = "/etc/systemd/system"
 
-METRIC = r"(?m)^vllm:num_requests_%s(?:\{[^}]*\})? ([0-9.eE+-]+)\s*$"
 # docker run options that take no value (every other option takes one, unless written --opt=value).
 DOCKER_FLAGS = frozenset(["--rm", "--init", "--privileged", "--read-only", "-d", "--detach", "-i", "--interactive",
                           "-t", "--tty", "-it", "-ti", "--no-healthcheck", "--oom-kill-disable", "-P",
@@ -497,9 +497,11 @@ def read_image(module, ref, previous_tag, service, unit_image, pinned, timeout):
 # ---------------------------------------------------------------- requests in flight
 def parse_metrics(text):
     """(running, waiting) summed over vLLM's engines, each None when /metrics lacks it."""
+    metrics = parse_prometheus(text or "")
+
     def total(name):
-        values = re.findall(METRIC % name, text or "")
-        return sum(float(v) for v in values) if values else None
+        values = metrics.get("vllm:num_requests_" + name)
+        return sum(values.values()) if values else None
 
     return total("running"), total("waiting")
 
