@@ -16,12 +16,26 @@ description:
     node of the host (C(--device /dev/xpuN) for each, plus C(/dev/xpuctrl)) and the serving environment,
     and runs a standard-library probe with the image's own Python (C(<venv>/bin/python -c)).
   - The probe reads the C(importlib.metadata) version of every pinned component, C(torch.__version__),
-    C(torch_xmlir._XMLIRC._xpu_get_devices_number()) (C(torch.xpu) is never consulted, it is an Intel
-    stub), where C(vllm_kunlun) is loaded from (it must be site-packages) and whether
-    C(from vllm_kunlun import _kunlun) works.
+    C(torch_xmlir._XMLIRC._xpu_get_devices_number()), where C(vllm_kunlun) is loaded from (it must be
+    site-packages) and whether C(from vllm_kunlun import _kunlun) works.
+  - It also proves what vllm-kunlun runs on. Kunlunxin's torch runs in CUDA-compatible mode, so the probe
+    checks that C(torch.cuda.is_available()) is true, that C(torch.cuda.device_count()) equals
+    I(device_count), that C(torch.arange(4, device="cuda:0")) reads back as C([0, 1, 2, 3]), and that
+    C(torch.cuda.get_device_properties(0).total_memory) is within I(device_memory_min_gib) to
+    I(device_memory_max_gib) (a P800 has 96 GB of HBM). C(torch.xpu) is never consulted, it is an Intel
+    stub.
+  - It resolves the platform class that vllm-kunlun registers the way vLLM does (the
+    C(vllm.platform_plugins) entry point) and checks the class's C(device_name), C(dispatch_key) and
+    C(dist_backend) against I(platform_fields).
   - The findings are compared with the pins and with the known-bad combinations, through the checker
     preflight uses (C(module_utils/kunlun_stack.py)). Any mismatch fails with a table
-    C(component | expected | found).
+    C(layer | component | expected | found). The message names each broken layer, lowest first, with its
+    fix. C(driver) means the runtime does not see every accelerator (torch_xmlir's count is wrong, or
+    torch.cuda sees no device or the same short count). C(torch) means torch.cuda is not available, its
+    count differs from torch_xmlir's, the cuda:0 tensor fails or device 0's memory is out of range while
+    the devices are visible. C(plugin) means vllm-kunlun, its C(_kunlun) extension or its platform class
+    is wrong or does not import. C(image) means a version departs from the pins or the image is a
+    known-bad combination.
   - Changes nothing (the container is removed when the probe ends). In check mode the probe runs as
     well, so C(--check) tells the truth; an image that is not on the host yet (it would be built or
     loaded first) is then reported with I(proven=false) instead of failing.
@@ -40,9 +54,26 @@ options:
     elements: dict
     default: []
   device_count:
-    description: Accelerators torch_xmlir must count (C(kunlun_stack_device_count)).
+    description: Accelerators torch_xmlir and C(torch.cuda.device_count()) must count (C(kunlun_stack_device_count)).
     type: int
     default: 8
+  device_memory_min_gib:
+    description:
+      - Lowest C(torch.cuda.get_device_properties(0).total_memory) accepted, in GiB. A P800 has 96 GB of HBM
+        (C(xpu-smi) shows 98304 MiB); the range leaves room for what the runtime keeps for itself.
+    type: float
+    default: 80
+  device_memory_max_gib:
+    description: Highest C(torch.cuda.get_device_properties(0).total_memory) accepted, in GiB.
+    type: float
+    default: 100
+  platform_fields:
+    description:
+      - What the platform class that vllm-kunlun registers must say. vLLM reads these fields from it. In
+        CUDA-compatible mode they are C(device_name=cuda), C(dispatch_key=CUDA) and C(dist_backend=nccl),
+        with XCCL behind the nccl name. Only the keys given are checked.
+    type: dict
+    default: {device_name: cuda, dispatch_key: CUDA, dist_backend: nccl}
   python:
     description:
       - The interpreter inside the image. Default C(<components.python.venv>/bin/python).
@@ -78,6 +109,14 @@ EXAMPLES = r"""
     device_count: "{{ kunlun_stack_device_count }}"
     env: "{{ kunlun_stack_serving_env }}"
   register: image_proof
+
+- name: Prove it with a narrower memory range (GiB of device 0) and the platform fields spelled out
+  stack_proof:
+    image: "kunlun-serving:{{ image_tag }}"
+    components: "{{ kunlun_stack_components }}"
+    device_memory_min_gib: 90
+    device_memory_max_gib: 96
+    platform_fields: {device_name: cuda, dispatch_key: CUDA, dist_backend: nccl}
 """
 
 RETURN = r"""
@@ -86,15 +125,41 @@ proven:
   returned: always
   type: bool
 rows:
-  description: Every check as C({component, expected, found, ok}).
+  description: Every check as C({component, expected, found, ok, layer}); I(layer) is one of C(driver),
+    C(torch), C(plugin), C(image).
   returned: when the probe ran
   type: list
   elements: dict
-  sample: [{component: torch, expected: "2.5.1", found: "2.5.1", ok: true}]
+  sample: [{component: torch.cuda.device_count(), expected: "8", found: "8", ok: true, layer: driver}]
 table:
-  description: The rows as a text table C(component | expected | found).
+  description: The rows as a text table C(layer | component | expected | found).
   returned: when the probe ran
   type: str
+layers:
+  description: The layers with a failed check, lowest first (empty when proven).
+  returned: when the probe ran
+  type: list
+  elements: str
+  sample: [driver]
+cuda:
+  description: What torch.cuda showed in the image. I(total_memory_bytes) and I(device_name) come from
+    C(torch.cuda.get_device_properties(0)); a value the probe could not read is null.
+  returned: when the probe ran
+  type: dict
+  sample: {available: true, device_count: 8, tensor_ok: true, total_memory_bytes: 103079215104,
+           device_name: P800 OAM}
+platform:
+  description: The platform class that vllm-kunlun registers, and its fields. The values are null when the
+    class could not be loaded.
+  returned: when the probe ran
+  type: dict
+  sample: {class: vllm_kunlun.platforms.kunlun.KunlunPlatform, device_name: cuda, dispatch_key: CUDA,
+           dist_backend: nccl}
+summary:
+  description: One line with the torch.cuda and platform findings.
+  returned: when the probe ran
+  type: str
+  sample: "torch.cuda: available, 8 devices, cuda:0 tensor ok, device 0 96.0 GiB; platform cuda/CUDA/nccl"
 report:
   description: The probe's raw findings (versions, devices, paths, errors).
   returned: when the probe ran
@@ -113,7 +178,8 @@ import re
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.kunlun_stack import check_known_bad
 from ansible.module_utils.stack_proof import (
-    PROBE_SOURCE, found_versions, format_table, judge, parse_probe_output, probe_request)
+    LAYER_FIX, PROBE_SOURCE, broken_layers, findings, found_versions, format_table, judge,
+    parse_probe_output, probe_request, summary)
 
 _XPU_NODE = re.compile(r"^xpu(\d+)$")
 
@@ -156,7 +222,9 @@ def evaluate(report, params):
     """(rows, failed rows) of a probe report against the module's parameters."""
     problems = check_known_bad(found_versions(report), params["known_bad"] or [])
     rows = judge(report, params["components"], params["device_count"],
-                 params["python_match"], problems)
+                 params["python_match"], problems,
+                 memory_gib=(params["device_memory_min_gib"], params["device_memory_max_gib"]),
+                 platform_fields=params["platform_fields"])
     return rows, [r for r in rows if not r["ok"]]
 
 
@@ -167,6 +235,10 @@ def main():
             components=dict(type="dict", required=True),
             known_bad=dict(type="list", elements="dict", default=[]),
             device_count=dict(type="int", default=8),
+            device_memory_min_gib=dict(type="float", default=80.0),
+            device_memory_max_gib=dict(type="float", default=100.0),
+            platform_fields=dict(type="dict", default=dict(device_name="cuda", dispatch_key="CUDA",
+                                                           dist_backend="nccl")),
             python=dict(type="str"),
             python_match=dict(type="str", choices=["exact", "minor"], default="exact"),
             env=dict(type="dict", default={}),
@@ -208,14 +280,20 @@ def main():
 
     rows, failed = evaluate(report, params)
     table = format_table(rows)
+    layers = broken_layers(rows)
+    cuda, platform = findings(report)
+    line = summary(report)
+    result = dict(rows=rows, table=table, report=report, devices=devices, layers=layers, cuda=cuda,
+                  platform=platform, summary=line)
     if failed:
         module.fail_json(
-            msg="stack_proof: image %s does not hold the validated combination (%d of %d checks failed):\n%s\n"
-                "Fix: rebuild the image from the pins with playbooks/image.yml; for the accelerator count, "
-                "check the driver (xpu-smi, /dev/xpu*) on this host."
-                % (image, len(failed), len(rows), format_table(failed)),
-            proven=False, rows=rows, table=table, report=report, devices=devices)
-    module.exit_json(changed=False, proven=True, rows=rows, table=table, report=report, devices=devices)
+            msg="stack_proof: image %s does not hold the validated combination (%d of %d checks failed; "
+                "broken layer%s, lowest first: %s):\n%s\n%s\nFix:\n%s"
+                % (image, len(failed), len(rows), "s" if len(layers) > 1 else "", ", ".join(layers),
+                   format_table(failed), line,
+                   "\n".join("- %s: %s" % (layer, LAYER_FIX[layer]) for layer in layers)),
+            proven=False, **result)
+    module.exit_json(changed=False, proven=True, msg="image %s proven: %s" % (image, line), **result)
 
 
 if __name__ == "__main__":

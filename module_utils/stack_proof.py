@@ -9,9 +9,16 @@ Two halves:
   (``<venv>/bin/python -c PROBE_SOURCE '<json request>'``). It reads what the image really
   holds (importlib.metadata versions, torch.__version__, the accelerators torch_xmlir
   counts, where vllm_kunlun is loaded from, whether its _kunlun extension imports) and
+  what vllm-kunlun runs on: torch in CUDA-compatible mode (torch.cuda.is_available(),
+  torch.cuda.device_count(), a small tensor made on cuda:0 and read back, device 0's
+  total_memory) and the platform class vllm-kunlun registers (its `vllm.platform_plugins`
+  entry point, resolved as vLLM resolves it: device_name, dispatch_key, dist_backend). It
   prints one JSON line. It never consults torch.xpu (an Intel stub that always says 0).
 - judge(): compares such a report with the pins and the known-bad combinations (through
-  module_utils/kunlun_stack.py, the checker preflight uses) and returns table rows.
+  module_utils/kunlun_stack.py, the checker preflight uses) and returns table rows, each
+  naming the layer it proves: driver (the accelerators the runtime can open), torch
+  (xpytorch's CUDA-compatible mode), plugin (vllm-kunlun and its platform), image (the
+  pinned versions).
 
 Standard library only (Python 3.8+ on the host; the probe itself runs with the image's
 Python).
@@ -83,6 +90,57 @@ try:
     out["kunlun_extension"] = os.path.realpath(getattr(_kunlun, "__file__", "") or "")
 except Exception as exc:
     err("vllm_kunlun._kunlun", exc)
+# torch in CUDA-compatible mode: the accelerators are torch.cuda devices.
+cuda = out["cuda"] = {}
+if "torch_version" in out:
+    try:
+        cuda["available"] = bool(torch.cuda.is_available())
+    except Exception as exc:
+        err("torch.cuda.is_available", exc)
+    try:
+        cuda["device_count"] = int(torch.cuda.device_count())
+    except Exception as exc:
+        err("torch.cuda.device_count", exc)
+    try:
+        t = torch.arange(4, device="cuda:0")
+        cuda["tensor_device"] = str(t.device)
+        cuda["tensor"] = [int(v) for v in t.cpu().tolist()]
+        cuda["tensor_ok"] = cuda["tensor"] == [0, 1, 2, 3] and cuda["tensor_device"] == "cuda:0"
+    except Exception as exc:
+        cuda["tensor_ok"] = False
+        err("torch.cuda.tensor", exc)
+    try:
+        props = torch.cuda.get_device_properties(0)
+        cuda["total_memory_bytes"] = int(props.total_memory)
+        cuda["device_name"] = str(getattr(props, "name", ""))
+    except Exception as exc:
+        err("torch.cuda.get_device_properties", exc)
+# The platform vLLM will run on: the vllm.platform_plugins entry points called, the one
+# class named imported (vllm/platforms/__init__.py), read from an instance like
+# vllm's current_platform.
+plat = out["platform"] = {}
+try:
+    import importlib
+    eps = md.entry_points()
+    group = eps.select(group="vllm.platform_plugins") if hasattr(eps, "select") \
+        else eps.get("vllm.platform_plugins", [])
+    named = []
+    for ep in group:
+        qualname = ep.load()()
+        if qualname:
+            named.append((ep.name, qualname))
+    if not named:
+        raise LookupError("no vllm.platform_plugins entry point names a platform class")
+    if len(named) > 1:
+        raise RuntimeError("Only one platform plugin can be activated, but got: %s" % named)
+    plat["plugin"], plat["class"] = named[0]
+    mod_name, _, cls_name = plat["class"].rpartition(".")
+    inst = getattr(importlib.import_module(mod_name), cls_name)()
+    for key in ("device_name", "device_type", "dispatch_key", "dist_backend"):
+        value = getattr(inst, key, None)
+        plat[key] = value if value is None or isinstance(value, (str, int, float, bool)) else repr(value)
+except Exception as exc:
+    err("platform", exc)
 sys.stdout.write("\n" + MARK + json.dumps(out, sort_keys=True) + "\n")
 '''
 
@@ -102,8 +160,28 @@ def parse_probe_output(stdout):
     raise ValueError("the probe printed no report line (%r)" % (stdout or "")[-300:])
 
 
-def _row(component, expected, found, ok):
-    return {"component": component, "expected": str(expected), "found": str(found), "ok": bool(ok)}
+# The layers a check proves, lowest first: a broken lower layer breaks the ones above it.
+LAYERS = ("driver", "torch", "plugin", "image")
+LAYER_FIX = {
+    "driver": "the accelerators are not all usable: check the driver on this host (xpu-smi, lsmod | grep kunlun, "
+              "the /dev/xpuN nodes; playbooks/driver.yml verifies every card) and XPU_VISIBLE_DEVICES",
+    "torch": "torch in the image does not drive the accelerators as CUDA devices (xpytorch's CUDA-compatible "
+             "mode): rebuild the image from the pinned torch .run with playbooks/image.yml",
+    "plugin": "vllm-kunlun's platform is not what vLLM needs (its vllm.platform_plugins class, its _kunlun "
+              "extension, site-packages): rebuild the image from the pinned vllm-kunlun tarball with "
+              "playbooks/image.yml",
+    "image": "rebuild the image from the pins with playbooks/image.yml",
+}
+# What vLLM must see on the platform vllm-kunlun registers (CUDA-compatible mode).
+PLATFORM_FIELDS = {"device_name": "cuda", "dispatch_key": "CUDA", "dist_backend": "nccl"}
+# torch.cuda.get_device_properties(i).total_memory of a P800 (96 GB HBM), in GiB.
+MEMORY_GIB = (80.0, 100.0)
+GIB = 1024 ** 3
+
+
+def _row(component, expected, found, ok, layer="image"):
+    return {"component": component, "expected": str(expected), "found": str(found), "ok": bool(ok),
+            "layer": layer}
 
 
 def _minor(version):
@@ -121,13 +199,93 @@ def found_versions(report):
     return versions
 
 
-def judge(report, components, device_count, python_match="exact", known_bad_problems=None):
-    """Rows {component, expected, found, ok} for every check of the report.
+def _gib(nbytes):
+    return "%.1f GiB" % (float(nbytes) / GIB)
+
+
+def _failed(errors, key, what="failed"):
+    return "(%s: %s)" % (what, errors.get(key, "?"))
+
+
+def cuda_rows(report, device_count, memory_gib=MEMORY_GIB):
+    """The rows of torch's CUDA-compatible mode. A failure is the driver's when the runtime
+    sees no accelerator at all (torch_xmlir counts 0) or torch.cuda counts what torch_xmlir
+    counts (both short: the devices are missing below torch), else torch's."""
+    errors = report.get("errors") or {}
+    cuda = report.get("cuda") or {}
+    xmlir = report.get("devices")
+    count = cuda.get("device_count")
+    # torch_loaded: the probe got to ask torch.cuda (a report without "cuda" never asked).
+    torch_loaded = report.get("torch_version") is not None and "cuda" in report
+    not_probed = "(not probed)" if "cuda" not in report else _failed(errors, "torch", "torch import failed")
+    none_visible = xmlir == 0 or (xmlir is None and count == 0)
+    below = "driver" if none_visible else "torch"
+    rows = []
+
+    available = cuda.get("available")
+    rows.append(_row("torch.cuda.is_available()", True,
+                     available if available is not None else
+                     (_failed(errors, "torch.cuda.is_available") if torch_loaded else not_probed),
+                     available is True, below))
+
+    if count is None:
+        rows.append(_row("torch.cuda.device_count()", device_count,
+                         _failed(errors, "torch.cuda.device_count") if torch_loaded else not_probed, False, "torch"))
+    else:
+        layer = "driver" if xmlir is None or int(xmlir) == int(count) else "torch"
+        found = count if xmlir is None or int(xmlir) == int(count) else "%s (torch_xmlir counts %s)" % (count, xmlir)
+        rows.append(_row("torch.cuda.device_count()", device_count, found, int(count) == int(device_count), layer))
+
+    if "tensor" in cuda:
+        found = "%s on %s" % (cuda.get("tensor"), cuda.get("tensor_device"))
+    else:
+        found = _failed(errors, "torch.cuda.tensor") if torch_loaded else not_probed
+    rows.append(_row("torch.arange(4, device=\"cuda:0\")", "[0, 1, 2, 3] on cuda:0", found,
+                     bool(cuda.get("tensor_ok")), below))
+
+    low, high = float(memory_gib[0]), float(memory_gib[1])
+    nbytes = cuda.get("total_memory_bytes")
+    expected = "%g-%g GiB" % (low, high)
+    if nbytes is None:
+        rows.append(_row("torch.cuda.get_device_properties(0).total_memory", expected,
+                         _failed(errors, "torch.cuda.get_device_properties") if torch_loaded else not_probed,
+                         False, below))
+    else:
+        name = cuda.get("device_name")
+        rows.append(_row("torch.cuda.get_device_properties(0).total_memory", expected,
+                         "%s (%d bytes%s)" % (_gib(nbytes), int(nbytes), ", " + name if name else ""),
+                         low * GIB <= int(nbytes) <= high * GIB, below))
+    return rows
+
+
+def platform_rows(report, fields=None):
+    """The rows of the platform class vllm-kunlun registers (layer plugin)."""
+    errors = report.get("errors") or {}
+    plat = report.get("platform") or {}
+    fields = dict(PLATFORM_FIELDS if fields is None else fields)
+    cls = plat.get("class")
+    if cls is None or "platform" in errors:
+        found = _failed(errors, "platform") if "platform" in errors else "(not probed)"
+        if cls is not None:
+            found = "%s %s" % (cls, found)
+        return [_row("vllm.platform_plugins class", "vllm_kunlun.*", found, False, "plugin")]
+    rows = [_row("vllm.platform_plugins class", "vllm_kunlun.*", "%s (%s)" % (cls, plat.get("plugin")),
+                 str(cls).startswith("vllm_kunlun."), "plugin")]
+    for key in sorted(fields):
+        rows.append(_row("platform.%s" % key, fields[key], plat.get(key), plat.get(key) == fields[key], "plugin"))
+    return rows
+
+
+def judge(report, components, device_count, python_match="exact", known_bad_problems=None,
+          memory_gib=MEMORY_GIB, platform_fields=None):
+    """Rows {component, expected, found, ok, layer} for every check of the report.
 
     `components` are the pins (kunlun_stack_components); `known_bad_problems` the result
     of kunlun_stack.check_known_bad on found_versions(report) (Problem objects or dicts).
     `python_match`: "exact" compares the interpreter with the python pin as written,
-    "minor" only its major.minor (the ABI the cp310 wheels need).
+    "minor" only its major.minor (the ABI the cp310 wheels need). `memory_gib`: the range
+    (low, high) device 0's total_memory must be in; `platform_fields`: what the platform
+    class must say (default PLATFORM_FIELDS).
     """
     errors = report.get("errors") or {}
     rows = []
@@ -154,30 +312,34 @@ def judge(report, components, device_count, python_match="exact", known_bad_prob
         found = report.get("torch_version")
         rows.append(_row("torch.__version__", torch_pin,
                          found if found is not None else "(import failed: %s)" % errors.get("torch", "?"),
-                         found == str(torch_pin)))
+                         found == str(torch_pin), "torch"))
 
     found = report.get("devices")
     rows.append(_row("torch_xmlir._XMLIRC._xpu_get_devices_number()", device_count,
                      found if found is not None else "(failed: %s)" % errors.get("torch_xmlir", "?"),
-                     found is not None and int(found) == int(device_count)))
+                     found is not None and int(found) == int(device_count), "driver"))
+
+    rows += cuda_rows(report, device_count, memory_gib)
 
     path = report.get("vllm_kunlun_file")
     if path is None:
         rows.append(_row("vllm_kunlun.__file__", "in site-packages",
-                         "(import failed: %s)" % errors.get("vllm_kunlun", "?"), False))
+                         "(import failed: %s)" % errors.get("vllm_kunlun", "?"), False, "plugin"))
     else:
         rows.append(_row("vllm_kunlun.__file__", "in site-packages", path,
-                         bool(report.get("vllm_kunlun_in_site_packages"))))
+                         bool(report.get("vllm_kunlun_in_site_packages")), "plugin"))
 
     ext = report.get("kunlun_extension")
     rows.append(_row("from vllm_kunlun import _kunlun", "imports",
                      "imports (%s)" % ext if ext is not None else "(failed: %s)" % errors.get("vllm_kunlun._kunlun", "?"),
-                     ext is not None))
+                     ext is not None, "plugin"))
+
+    rows += platform_rows(report, platform_fields)
 
     commit_pin = (components.get("vllm_kunlun") or {}).get("commit")
     commit = report.get("vllm_kunlun_commit")
     if commit_pin and commit:
-        rows.append(_row("vllm_kunlun commit", commit_pin, commit, str(commit) == str(commit_pin)))
+        rows.append(_row("vllm_kunlun commit", commit_pin, commit, str(commit) == str(commit_pin), "plugin"))
 
     for problem in known_bad_problems or []:
         data = problem.as_dict() if hasattr(problem, "as_dict") else dict(problem)
@@ -185,11 +347,45 @@ def judge(report, components, device_count, python_match="exact", known_bad_prob
     return rows
 
 
+def broken_layers(rows):
+    """The layers of the failed rows, lowest first."""
+    failed = set(r.get("layer", "image") for r in rows if not r["ok"])
+    return [layer for layer in LAYERS if layer in failed]
+
+
+def findings(report):
+    """(cuda, platform): the probe's torch.cuda and platform findings, as the module returns them."""
+    cuda = report.get("cuda") or {}
+    plat = report.get("platform") or {}
+    return ({"available": cuda.get("available"), "device_count": cuda.get("device_count"),
+             "tensor_ok": bool(cuda.get("tensor_ok")), "total_memory_bytes": cuda.get("total_memory_bytes"),
+             "device_name": cuda.get("device_name")},
+            {"class": plat.get("class"), "device_name": plat.get("device_name"),
+             "dispatch_key": plat.get("dispatch_key"), "dist_backend": plat.get("dist_backend")})
+
+
+def summary(report):
+    """One line: what torch.cuda and the platform showed, e.g. "torch.cuda: available, 8 devices,
+    cuda:0 tensor ok, device 0 96.0 GiB; platform cuda/CUDA/nccl"."""
+    cuda, plat = findings(report)
+    parts = ["available" if cuda["available"] else "NOT available",
+             "%s devices" % cuda["device_count"] if cuda["device_count"] is not None else "device count unknown",
+             "cuda:0 tensor ok" if cuda["tensor_ok"] else "cuda:0 tensor FAILED",
+             "device 0 %s" % _gib(cuda["total_memory_bytes"]) if cuda["total_memory_bytes"] is not None
+             else "device 0 memory unknown"]
+    if plat["class"] and "platform" not in (report.get("errors") or {}):
+        platform = "platform %s/%s/%s" % (plat["device_name"], plat["dispatch_key"], plat["dist_backend"])
+    else:
+        platform = "platform not loaded"
+    return "torch.cuda: %s; %s" % (", ".join(parts), platform)
+
+
 def format_table(rows):
-    """Plain-text table `component | expected | found` of the given rows."""
-    head = ("component", "expected", "found")
-    body = [(r["component"], r["expected"], r["found"]) for r in rows]
-    widths = [max(len(x[i]) for x in [head] + body) for i in range(2)]
-    lines = ["%-*s | %-*s | %s" % (widths[0], a, widths[1], b, c) for a, b, c in [head] + body]
+    """Plain-text table `layer | component | expected | found` of the given rows."""
+    head = ("layer", "component", "expected", "found")
+    body = [(r.get("layer", "image"), r["component"], r["expected"], r["found"]) for r in rows]
+    widths = [max(len(x[i]) for x in [head] + body) for i in range(3)]
+    lines = ["%-*s | %-*s | %-*s | %s" % (widths[0], a, widths[1], b, widths[2], c, d)
+             for a, b, c, d in [head] + body]
     lines.insert(1, "-" * min(160, max(len(line) for line in lines)))
     return "\n".join(lines)

@@ -21,7 +21,7 @@ import pytest
 
 from kunlun_fleet.sim import bundle
 from kunlun_fleet.sim.artifacts.model import build_model_dir
-from standin_helpers import (ARTIFACTS, ROOT, Server, install_stack, load_pins, make_dead_node,
+from standin_helpers import (ARTIFACTS, ROOT, Server, bundle_files, install_stack, load_pins, make_dead_node,
                              make_dev_dir, python310, run_server_once, server_env, venv_env)
 
 # Builds a bundle and two CPython 3.10 venvs of the stack: over a minute.
@@ -113,7 +113,7 @@ def test_transformers_5_5_3_stops_vllm_at_start(good, work):
         assert "Application startup complete." not in out
     finally:
         sh(py, "-m", "pip", "install", "--no-deps", "--force-reinstall",
-           str(work["bundle"] / COMPONENTS["transformers"]["artifact"]))
+           str(work["bundle"] / bundle_files(work["bundle"])["transformers"]))
 
 
 def test_missing_kunlun_extension_stops_vllm_at_start(good, work):
@@ -189,6 +189,43 @@ def test_device_in_error_is_not_counted_by_the_runtime(good, dev_error, work):
     assert good["sh"](good["python"], "-c", probe, env=env, cwd="/").split() == ["7", "7", "0"]
     env = venv_env(work["dev"], XPU_VISIBLE_DEVICES="0,1,2,3,4,5,6,7")
     assert good["sh"](good["python"], "-c", probe, env=env, cwd="/").split() == ["8", "8", "0"]
+
+
+CUDA_PROBE = r"""
+import json, torch
+def attempt(f):
+    try:
+        return f()
+    except Exception as exc:
+        return "%s: %s" % (type(exc).__name__, exc)
+print(json.dumps([torch.cuda.is_available(), torch.cuda.device_count(),
+                  attempt(lambda: torch.arange(4, device="cuda:0").cpu().tolist()),
+                  attempt(lambda: torch.arange(4, device="cuda:7").tolist()),
+                  attempt(lambda: torch.cuda.get_device_properties(0).total_memory),
+                  attempt(lambda: torch.arange(4, device="xpu:0").tolist()),
+                  attempt(lambda: torch.xpu.get_device_properties(0)),
+                  torch.xpu.is_available(), torch.xpu.device_count()]))
+"""
+
+
+def test_torch_cuda_answers_from_the_devices_the_runtime_opens(good, dev_error, work, tmp_path):
+    """torch.cuda in CUDA-compatible mode counts what torch_xmlir counts, and fails like the real
+    one: a device in error leaves 7 (cuda:7 is then past the count), no device leaves none.
+    torch.xpu (Intel's) never has a device."""
+    xpu_fails = ["RuntimeError: PyTorch is not linked with support for xpu devices",
+                 "AssertionError: Torch not compiled with XPU enabled", False, 0]
+    gib96 = 98304 * 1024 * 1024
+
+    def run(dev):
+        env = venv_env(dev, XPU_VISIBLE_DEVICES="0,1,2,3,4,5,6,7")
+        return json.loads(good["sh"](good["python"], "-c", CUDA_PROBE, env=env, cwd="/").strip().splitlines()[-1])
+
+    assert run(work["dev"]) == [True, 8, [0, 1, 2, 3], [0, 1, 2, 3], gib96] + xpu_fails
+    assert run(dev_error) == [True, 7, [0, 1, 2, 3], "RuntimeError: CUDA error: invalid device ordinal",
+                              gib96] + xpu_fails
+    none = tmp_path / "no-dev"
+    none.mkdir()
+    assert run(none) == [False, 0] + ["RuntimeError: No CUDA GPUs are available"] * 3 + xpu_fails
 
 
 def test_device_in_error_stops_vllm_naming_the_device(good, dev_error, work):

@@ -17,6 +17,7 @@ import yaml
 
 from ansible.module_utils import stack_proof as sp
 from ansible.module_utils.kunlun_stack import check_known_bad
+from module_docs import documented_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "stack_proof"
@@ -30,23 +31,157 @@ def recorded(name):
     return json.loads((FIXTURES / name).read_text())
 
 
-def evaluate(report, python_match="minor", device_count=8):
+def evaluate(report, python_match="minor", device_count=8, **kw):
     problems = check_known_bad(sp.found_versions(report), KNOWN_BAD)
-    rows = sp.judge(report, COMPONENTS, device_count, python_match, problems)
+    rows = sp.judge(report, COMPONENTS, device_count, python_match, problems, **kw)
     return rows, [r for r in rows if not r["ok"]]
+
+
+def failed_by_layer(failed):
+    return [(r["layer"], r["component"]) for r in failed]
 
 
 # ---------------------------------------------------------------- the judge, on recordings
 
+CUDA_ROWS = ("torch.cuda.is_available()", "torch.cuda.device_count()", 'torch.arange(4, device="cuda:0")',
+             "torch.cuda.get_device_properties(0).total_memory")
+PLATFORM_ROWS = ("vllm.platform_plugins class", "platform.device_name", "platform.dispatch_key",
+                 "platform.dist_backend")
+
+
 def test_good_report_passes_every_check():
     rows, failed = evaluate(recorded("good.json"))
     assert failed == []
+    assert sp.broken_layers(rows) == []
     names = [r["component"] for r in rows]
     for comp in ("python", "torch", "kunlun_ops", "triton", "xspeedgate_ops", "cocopod", "vllm",
                  "vllm_kunlun", "transformers", "torch.__version__",
                  "torch_xmlir._XMLIRC._xpu_get_devices_number()", "vllm_kunlun.__file__",
-                 "from vllm_kunlun import _kunlun", "vllm_kunlun commit"):
+                 "from vllm_kunlun import _kunlun", "vllm_kunlun commit") + CUDA_ROWS + PLATFORM_ROWS:
         assert comp in names
+    by = {r["component"]: r for r in rows}
+    assert by["torch.cuda.device_count()"]["found"] == "8"
+    assert by['torch.arange(4, device="cuda:0")']["found"] == "[0, 1, 2, 3] on cuda:0"
+    assert by["torch.cuda.get_device_properties(0).total_memory"]["found"].startswith("96.0 GiB (103079215104 bytes")
+    assert by["torch.cuda.get_device_properties(0).total_memory"]["expected"] == "80-100 GiB"
+    assert [(by[c]["expected"], by[c]["found"]) for c in PLATFORM_ROWS[1:]] == [
+        ("cuda", "cuda"), ("CUDA", "CUDA"), ("nccl", "nccl")]
+    assert {r["layer"] for r in rows} == {"image", "driver", "torch", "plugin"}
+    assert sp.summary(recorded("good.json")) == (
+        "torch.cuda: available, 8 devices, cuda:0 tensor ok, device 0 96.0 GiB; platform cuda/CUDA/nccl")
+    cuda, platform = sp.findings(recorded("good.json"))
+    assert cuda == {"available": True, "device_count": 8, "tensor_ok": True,
+                    "total_memory_bytes": 103079215104, "device_name": "P800 OAM"}
+    assert platform == {"class": "vllm_kunlun.platforms.kunlun.KunlunPlatform", "device_name": "cuda",
+                        "dispatch_key": "CUDA", "dist_backend": "nccl"}
+
+
+def test_cuda_not_available_names_the_torch_layer():
+    """torch_xmlir sees the 8 devices, torch.cuda says it has none: torch is not in CUDA-compatible mode."""
+    report = recorded("good.json")
+    report["cuda"]["available"] = False
+    rows, failed = evaluate(report)
+    assert failed_by_layer(failed) == [("torch", "torch.cuda.is_available()")]
+    assert failed[0]["found"] == "False"
+    assert sp.broken_layers(rows) == ["torch"]
+    assert sp.summary(report).startswith("torch.cuda: NOT available, 8 devices")
+
+
+def test_cuda_counting_fewer_than_the_runtime_is_torch():
+    report = recorded("good.json")
+    report["cuda"].update(available=False, device_count=0)
+    _, failed = evaluate(report)
+    assert failed_by_layer(failed) == [("torch", "torch.cuda.is_available()"), ("torch", "torch.cuda.device_count()")]
+    assert failed[1]["found"] == "0 (torch_xmlir counts 8)"
+
+
+def test_seven_devices_fail_with_the_count():
+    rows, failed = evaluate(recorded("seven_devices.json"))
+    assert [(r["layer"], r["component"], r["expected"], r["found"]) for r in failed] == [
+        ("driver", "torch_xmlir._XMLIRC._xpu_get_devices_number()", "8", "7"),
+        ("driver", "torch.cuda.device_count()", "8", "7")]
+    assert sp.broken_layers(rows) == ["driver"]
+
+
+def test_no_device_visible_is_the_driver_for_every_cuda_check():
+    """Nothing visible: torch.cuda fails as the real one does, and it is all the driver's."""
+    report = recorded("good.json")
+    report["devices"] = 0
+    report["cuda"] = {"available": False, "device_count": 0, "tensor_ok": False}
+    report["errors"].update({"torch.cuda.tensor": "RuntimeError: No CUDA GPUs are available",
+                             "torch.cuda.get_device_properties": "RuntimeError: No CUDA GPUs are available"})
+    rows, failed = evaluate(report)
+    assert failed_by_layer(failed) == [("driver", "torch_xmlir._XMLIRC._xpu_get_devices_number()")] + [
+        ("driver", c) for c in CUDA_ROWS]
+    assert failed[3]["found"] == "(failed: RuntimeError: No CUDA GPUs are available)"
+    assert sp.broken_layers(rows) == ["driver"]
+
+
+def test_tensor_on_cuda0_failing_is_torch():
+    report = recorded("good.json")
+    report["cuda"] = {k: v for k, v in report["cuda"].items() if k not in ("tensor", "tensor_device")}
+    report["cuda"]["tensor_ok"] = False
+    report["errors"]["torch.cuda.tensor"] = "RuntimeError: CUDA error: invalid device ordinal"
+    _, failed = evaluate(report)
+    assert failed_by_layer(failed) == [("torch", 'torch.arange(4, device="cuda:0")')]
+    assert failed[0]["found"] == "(failed: RuntimeError: CUDA error: invalid device ordinal)"
+    report["cuda"].update(tensor=[0, 0, 0, 0], tensor_device="cuda:0")
+    _, failed = evaluate(report)
+    assert [(r["layer"], r["found"]) for r in failed] == [("torch", "[0, 0, 0, 0] on cuda:0")]
+    assert "cuda:0 tensor FAILED" in sp.summary(report)
+
+
+def test_device_memory_out_of_range_is_torch():
+    report = recorded("good.json")
+    report["cuda"]["total_memory_bytes"] = 32 * 1024 ** 3
+    _, failed = evaluate(report)
+    assert [(r["layer"], r["component"], r["expected"], r["found"]) for r in failed] == [
+        ("torch", "torch.cuda.get_device_properties(0).total_memory", "80-100 GiB",
+         "32.0 GiB (34359738368 bytes, P800 OAM)")]
+    # the range is the module's option: 96 GiB is outside 100-120, inside 90-96
+    _, failed = evaluate(recorded("good.json"), memory_gib=(100, 120))
+    assert [r["expected"] for r in failed] == ["100-120 GiB"]
+    assert evaluate(recorded("good.json"), memory_gib=(90, 96))[1] == []
+    report["cuda"].pop("total_memory_bytes")
+    report["errors"]["torch.cuda.get_device_properties"] = "AssertionError: Invalid device id"
+    _, failed = evaluate(report)
+    assert [(r["layer"], r["found"]) for r in failed] == [("torch", "(failed: AssertionError: Invalid device id)")]
+
+
+def test_platform_dispatch_key_wrong_names_the_plugin_layer():
+    report = recorded("good.json")
+    report["platform"]["dispatch_key"] = "CPU"
+    rows, failed = evaluate(report)
+    assert [(r["layer"], r["component"], r["expected"], r["found"]) for r in failed] == [
+        ("plugin", "platform.dispatch_key", "CUDA", "CPU")]
+    assert sp.broken_layers(rows) == ["plugin"]
+    assert sp.summary(report).endswith("platform cuda/CPU/nccl")
+    # the expected fields are the module's option
+    assert evaluate(report, platform_fields={"device_name": "cuda", "dispatch_key": "CPU",
+                                             "dist_backend": "nccl"})[1] == []
+
+
+def test_platform_of_another_plugin_or_not_importable_is_the_plugin_layer():
+    report = recorded("good.json")
+    report["platform"]["class"] = "vllm_other.platform.OtherPlatform"
+    _, failed = evaluate(report)
+    assert failed_by_layer(failed) == [("plugin", "vllm.platform_plugins class")]
+    report = recorded("good.json")
+    report["platform"] = {}
+    report["errors"]["platform"] = "LookupError: no vllm.platform_plugins entry point names a platform class"
+    _, failed = evaluate(report)
+    assert [(r["layer"], r["found"]) for r in failed] == [
+        ("plugin", "(failed: LookupError: no vllm.platform_plugins entry point names a platform class)")]
+    assert sp.summary(report).endswith("; platform not loaded")
+
+
+def test_report_without_cuda_findings_fails_every_cuda_check():
+    """A probe that never looked (an older report) cannot pass."""
+    report = recorded("good.json")
+    del report["cuda"], report["platform"]
+    _, failed = evaluate(report)
+    assert [r["component"] for r in failed] == list(CUDA_ROWS) + ["vllm.platform_plugins class"]
+    assert all(r["found"] == "(not probed)" for r in failed)
 
 
 def test_python_exact_fails_on_another_patch_release_minor_passes():
@@ -61,12 +196,6 @@ def test_python_exact_fails_on_another_patch_release_minor_passes():
     assert [r["component"] for r in failed] == ["python"]
 
 
-def test_seven_devices_fail_with_the_count():
-    _, failed = evaluate(recorded("seven_devices.json"))
-    assert [(r["component"], r["expected"], r["found"]) for r in failed] == [
-        ("torch_xmlir._XMLIRC._xpu_get_devices_number()", "8", "7")]
-
-
 def test_known_bad_transformers_is_named_twice():
     report = recorded("good.json")
     report["versions"]["transformers"] = "5.5.3"
@@ -78,17 +207,25 @@ def test_known_bad_transformers_is_named_twice():
 
 def test_missing_package_and_failed_imports_are_reported_with_the_error():
     report = recorded("broken.json")
-    _, failed = evaluate(report)
+    rows, failed = evaluate(report)
     by = {r["component"]: r for r in failed}
     assert by["cocopod"]["found"] == "(not installed)"
     assert "ImportError" in by["from vllm_kunlun import _kunlun"]["found"]
     assert by["vllm_kunlun.__file__"]["found"].startswith("/src/vllm-kunlun/")
+    # the platform class is named by the entry point but does not import without _kunlun
+    plat = by["vllm.platform_plugins class"]
+    assert plat["layer"] == "plugin"
+    assert plat["found"].startswith("vllm_kunlun.platforms.kunlun.KunlunPlatform (failed: ImportError")
+    assert sp.broken_layers(rows) == ["plugin", "image"]
 
 
 def test_torch_xpu_is_not_what_counts():
-    """A report has no torch.xpu field at all: the count comes from torch_xmlir only."""
-    assert "torch.xpu" not in sp.PROBE_SOURCE.replace("never consulted", "")
+    """A report has no torch.xpu field at all: the count comes from torch_xmlir and torch.cuda."""
+    assert "xpu." not in sp.PROBE_SOURCE.replace("_XMLIRC._xpu_get_devices_number", "")
     assert "_xpu_get_devices_number()" in sp.PROBE_SOURCE
+    for call in ("torch.cuda.is_available()", "torch.cuda.device_count()", 'torch.arange(4, device="cuda:0")',
+                 "torch.cuda.get_device_properties(0)", '"vllm.platform_plugins"'):
+        assert call in sp.PROBE_SOURCE
 
 
 def test_parse_ignores_noise_and_refuses_no_report():
@@ -99,12 +236,15 @@ def test_parse_ignores_noise_and_refuses_no_report():
 
 
 def test_table_lines_up():
-    rows = [{"component": "torch", "expected": "2.5.1", "found": "2.4.0", "ok": False},
-            {"component": "known-bad combination", "expected": "absent", "found": "x", "ok": False}]
+    rows = [{"component": "torch", "expected": "2.5.1", "found": "2.4.0", "ok": False, "layer": "image"},
+            {"component": "known-bad combination", "expected": "absent", "found": "x", "ok": False},
+            {"component": "torch.cuda.device_count()", "expected": "8", "found": "7", "ok": False, "layer": "driver"}]
     lines = sp.format_table(rows).splitlines()
-    assert lines[0].split("|")[0].strip() == "component"
-    assert lines[2] == "torch                 | 2.5.1    | 2.4.0"
-    assert len({line.index("|") for line in lines if "|" in line}) == 1
+    assert [c.strip() for c in lines[0].split("|")] == ["layer", "component", "expected", "found"]
+    assert lines[2] == "image  | torch                     | 2.5.1    | 2.4.0"
+    assert lines[3].startswith("image  | known-bad combination ")
+    assert lines[4] == "driver | torch.cuda.device_count() | 8        | 7"
+    assert len({tuple(i for i, ch in enumerate(line) if ch == "|") for line in lines if "|" in line}) == 1
 
 
 def test_request_lists_every_versioned_pin_but_python():
@@ -238,6 +378,15 @@ def test_probe_proves_the_standin_stack(fake_docker, capsys):
     assert rep["vllm_kunlun_in_site_packages"] and rep["kunlun_extension"].endswith(".so")
     assert rep["versions"]["vllm_kunlun"] == "0.15.1.dev0" and rep["versions"]["transformers"] == "5.2.0"
     assert rep["executable"].startswith(str(fake_docker["venv"]))
+    assert r["layers"] == []
+    assert r["cuda"] == {"available": True, "device_count": 8, "tensor_ok": True,
+                         "total_memory_bytes": 98304 * 1024 * 1024, "device_name": "P800 OAM"}
+    assert r["platform"] == {"class": "vllm_kunlun.platforms.kunlun.KunlunPlatform", "device_name": "cuda",
+                             "dispatch_key": "CUDA", "dist_backend": "nccl"}
+    line = "torch.cuda: available, 8 devices, cuda:0 tensor ok, device 0 96.0 GiB; platform cuda/CUDA/nccl"
+    assert r["summary"] == line and r["msg"] == "image kunlun-serving:test proven: " + line
+    assert 'torch  | torch.arange(4, device="cuda:0")' in r["table"]
+    assert rep["errors"] == {}
 
 
 @pytest.mark.slow
@@ -245,9 +394,37 @@ def test_probe_proves_the_standin_stack(fake_docker, capsys):
 def test_probe_finds_seven_devices_and_fails_with_the_table(fake_docker, capsys):
     r = run_module(capsys, _module_args(fake_docker, 7))
     assert r["failed"] is True and r["proven"] is False
-    assert "1 of 14 checks failed" in r["msg"]
-    assert "torch_xmlir._XMLIRC._xpu_get_devices_number() | 8        | 7" in r["msg"]
-    assert r["report"]["devices"] == 7
+    assert "2 of 22 checks failed; broken layer, lowest first: driver)" in r["msg"]
+    assert "driver | torch_xmlir._XMLIRC._xpu_get_devices_number() | 8        | 7\n" in r["msg"]
+    assert "driver | torch.cuda.device_count()                     | 8        | 7\n" in r["msg"]
+    assert "- driver: the accelerators are not all usable" in r["msg"]
+    assert r["report"]["devices"] == 7 and r["cuda"]["device_count"] == 7 and r["layers"] == ["driver"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(PY310 is None, reason=NO_PY310)
+def test_probe_with_no_device_visible_fails_like_the_real_torch(fake_docker, capsys):
+    """No node passed: torch.cuda counts 0 and a tensor on cuda:0 raises; the driver is named."""
+    r = run_module(capsys, _module_args(fake_docker, 0))
+    assert r["failed"] is True and r["layers"] == ["driver"]
+    assert r["cuda"] == {"available": False, "device_count": 0, "tensor_ok": False, "total_memory_bytes": None,
+                         "device_name": None}
+    assert r["report"]["errors"]["torch.cuda.tensor"] == "RuntimeError: No CUDA GPUs are available"
+    assert "driver | torch.arange(4, device=\"cuda:0\")" in r["msg"]
+    assert "torch.cuda: NOT available, 0 devices, cuda:0 tensor FAILED, device 0 memory unknown" in r["msg"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(PY310 is None, reason=NO_PY310)
+def test_probe_memory_range_and_platform_fields_are_options(fake_docker, capsys):
+    r = run_module(capsys, _module_args(fake_docker, 8, device_memory_min_gib=97, device_memory_max_gib=120))
+    assert r["failed"] is True and r["layers"] == ["torch"]
+    assert [(row["component"], row["expected"]) for row in r["rows"] if not row["ok"]] == [
+        ("torch.cuda.get_device_properties(0).total_memory", "97-120 GiB")]
+    r = run_module(capsys, _module_args(fake_docker, 8, platform_fields={"dispatch_key": "CPU"}))
+    assert r["failed"] is True and r["layers"] == ["plugin"]
+    assert [(row["component"], row["expected"], row["found"]) for row in r["rows"] if not row["ok"]] == [
+        ("platform.dispatch_key", "CPU", "CUDA")]
 
 
 @pytest.mark.slow
@@ -313,6 +490,18 @@ def test_probe_that_cannot_start_is_a_clear_failure(tmp_path, monkeypatch, capsy
     r = run_module(capsys, {"image": "img:1", "components": COMPONENTS, "devices": [],
                             "python": "/opt/vllm_kunlun/bin/python"})
     assert r["failed"] and "the probe did not run in image img:1" in r["msg"]
+
+
+def test_the_documentation_matches_the_argument_spec(monkeypatch):
+    import stack_proof
+
+    doc, _ = documented_spec(monkeypatch, stack_proof)
+    assert doc["options"]["platform_fields"]["default"] == sp.PLATFORM_FIELDS
+    assert (doc["options"]["device_memory_min_gib"]["default"],
+            doc["options"]["device_memory_max_gib"]["default"]) == sp.MEMORY_GIB
+    assert set(yaml.safe_load(stack_proof.RETURN)) == {
+        "proven", "rows", "table", "report", "devices", "layers", "cuda", "platform", "summary"}
+    assert yaml.safe_load(stack_proof.EXAMPLES)
 
 
 def test_no_interpreter_is_refused(capsys):

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "library"))
 
 import host_status  # noqa: E402
+from module_docs import documented_spec  # noqa: E402
 
 from kunlun_fleet import cli, runner, status  # noqa: E402
 
@@ -435,21 +436,7 @@ def test_bad_parameters_are_the_only_failures(tmp_path, over, problem):
 
 
 def test_the_documentation_matches_the_argument_spec(monkeypatch):
-    seen = {}
-
-    class Capture:
-        def __init__(self, argument_spec, supports_check_mode):
-            seen.update(spec=argument_spec, check_mode=supports_check_mode)
-            raise SystemExit(0)
-
-    monkeypatch.setattr(host_status, "AnsibleModule", Capture)
-    with pytest.raises(SystemExit):
-        host_status.main()
-    doc = yaml.safe_load(host_status.DOCUMENTATION)
-    assert seen["check_mode"] is True and set(doc["options"]) == set(seen["spec"])
-    for name, spec in seen["spec"].items():
-        assert doc["options"][name]["type"] == spec["type"], name
-        assert doc["options"][name].get("default") == spec.get("default"), name
+    documented_spec(monkeypatch, host_status)
     assert set(yaml.safe_load(host_status.RETURN)) == {"os", "volume", "driver", "service", "image", "serving"}
     assert yaml.safe_load(host_status.EXAMPLES)
 
