@@ -13,7 +13,11 @@ a live view or ansible-playbook's output, a report per run, exit codes (docs/cli
   kunlun-fleet hostkeys -i INVENTORY [--limit HOSTS] [--accept]  every host's SSH host key: known, new, CHANGED
   kunlun-fleet bootstrap -i INVENTORY (--ask-pass | --password-file F) [--deploy-user NAME]
                                                              the controller's key on password-only servers
-  kunlun-fleet bundle-check DIR                              verify an offline bundle
+  kunlun-fleet bundle build DIR [--vendor VDIR] [--find-links WHEELDIR] [--no-index] [--inventory INV]
+                                                             the offline bundle: index downloads, vendor files,
+                                                             bundle.yml and MANIFEST.sha256 (docs/bundle.md)
+  kunlun-fleet bundle check DIR [--inventory INV]            verify it against its manifest, index and the pins
+                                                             (`bundle-check DIR` is the same)
   kunlun-fleet api-key -i INVENTORY [--show]                 make the fleet's API key once (ansible-vault)
   kunlun-fleet bench -i INVENTORY [--concurrency 1,64,...] [--duration S | --requests N] [--check]
                                                              playbooks/bench.yml: load sweep and report
@@ -28,13 +32,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _module_utils():
-    """The project's module_utils, importable by the controller as plain modules."""
-    path = str(ROOT / "module_utils")
-    if path not in sys.path:
-        sys.path.insert(0, path)
 
 
 def ansible_env(inventory=None):
@@ -121,24 +118,18 @@ def cmd_bootstrap(ns, rest):
                                   deploy_user=ns.deploy_user, rest=rest, output=_output(ns), argv=_argv(ns))
 
 
-def cmd_bundle_check(ns, rest):
-    import yaml
+def cmd_bundle_build(ns):
+    """The offline bundle from the package index and the vendor's files (kunlun_fleet/bundle.py)."""
+    from kunlun_fleet import bundle
 
-    _module_utils()
-    from bundle_manifest import check_bundle  # noqa: E402 (path set just above)
+    return bundle.run_build(ns)
 
-    stack = yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text())
-    required = [stack["kunlun_stack_driver"]["artifact"]]
-    required += [c["artifact"] for c in stack["kunlun_stack_components"].values() if c.get("artifact")]
-    required += [stack["kunlun_stack_model"]["manifest"]]
-    if not ns.no_base_image:
-        required.append(stack["kunlun_stack_base_image_archive"])
-    problems = check_bundle(ns.bundle_dir, required, str(ROOT / ".cache/bundle-sums.json"))
-    for path, state, fix in problems:
-        print("BAD  %s: %s. Fix: %s" % (path, state, fix))
-    if problems:
-        sys.exit(1)
-    print("bundle %s: every file matches MANIFEST.sha256 and every pinned artifact is present" % ns.bundle_dir)
+
+def cmd_bundle_check(ns):
+    """The bundle against its manifest, its index and the pins (the stages' check, every pin)."""
+    from kunlun_fleet import bundle
+
+    return bundle.run_check(ns)
 
 
 def cmd_api_key(ns):
@@ -247,6 +238,13 @@ def cmd_plan(ns):
     return 0 if answer.get("hosts") else 1
 
 
+def _bundle_options(p):
+    p.add_argument("--inventory", "-i", metavar="INV",
+                   help="take the kunlun_stack pins as INV/group_vars/all overrides them")
+    p.add_argument("--no-base-image", action="store_true",
+                   help="the base image comes from a registry, not from the bundle")
+
+
 class _Parser(argparse.ArgumentParser):
     """A command line it cannot read is refused input: exit code 3, as for an unknown stage."""
 
@@ -334,11 +332,27 @@ def build_parser():
                     help="the password on the first line of FILE (mode 0600; for scripts and tests)")
     p.add_argument("--deploy-user", metavar="NAME", help="also make this user, with the key and passwordless sudo")
     p.set_defaults(func=cmd_bootstrap)
-    p = sub.add_parser("bundle-check", help="verify an offline bundle against its manifest and the pins")
-    p.add_argument("bundle_dir")
-    p.add_argument("--no-base-image", action="store_true",
-                   help="the base image comes from a registry, not from the bundle")
-    p.set_defaults(func=cmd_bundle_check)
+    p = sub.add_parser("bundle", help="the offline bundle: build it, check it (docs/bundle.md)")
+    bsub = p.add_subparsers(dest="action", required=True)
+    b = bsub.add_parser("build", help="download the index's files, take the vendor's, write bundle.yml and the manifest",
+                        allow_abbrev=False,
+                        epilog="exit codes: 0 complete, 2 something missing, 3 a file contradicts its pin (wrong "
+                               "version, name or sha256), 1 an error (docs/bundle.md)")
+    b.add_argument("bundle_dir", metavar="DIR", help="the bundle (made when missing; a re-run changes only what changed)")
+    b.add_argument("--vendor", metavar="VDIR",
+                   help="the vendor's files (installers, wheels, the vllm-kunlun source, the base image archive, the "
+                        "model directory, debs/), recognised by their content (default: DIR itself)")
+    b.add_argument("--find-links", metavar="WHEELDIR", action="append",
+                   help="a directory of wheels pip may take the index's files from (pip's --find-links; repeatable)")
+    b.add_argument("--no-index", action="store_true", help="no package index: --find-links only (offline)")
+    _bundle_options(b)
+    b.set_defaults(func=cmd_bundle_build)
+    for name, parent in (("check", bsub), ("bundle-check", sub)):
+        c = parent.add_parser(name, help="verify an offline bundle against its manifest, its bundle.yml and the pins",
+                              allow_abbrev=False, epilog="exit codes: 0 sound, 1 not (each problem named with its fix)")
+        c.add_argument("bundle_dir", metavar="DIR")
+        _bundle_options(c)
+        c.set_defaults(func=cmd_bundle_check)
     p = sub.add_parser("api-key", help="make the fleet's API key once, into INVENTORY/group_vars/all/vault.yml")
     p.add_argument("-i", "--inventory", required=True, help="the inventory directory")
     p.add_argument("--vault-password-file", help="default: INVENTORY/.vault-password (made when missing)")

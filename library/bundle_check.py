@@ -10,12 +10,19 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: bundle_check
-short_description: Verify the offline bundle against its sha256 manifest
+short_description: Verify the offline bundle against its sha256 manifest, its index and the pins
 description:
-  - Verifies every file listed in the bundle's C(MANIFEST.sha256) and that every artifact the
-    validated combination needs is listed. Names every missing or mismatching file.
+  - Verifies every file listed in the bundle's C(MANIFEST.sha256) and that every I(required) path is listed.
+    Names every missing or mismatching file.
+  - With I(artifacts) (pin keys such as C(driver), C(vllm), C(base_image)) or I(index_all), also the bundle's
+    index C(bundle.yml) (written by C(kunlun-fleet bundle build), passed parsed as I(index)) - it must exist;
+    each entry's file is in the manifest with the same sha256, is what its pin says (a wheel's METADATA name
+    and version, an installer's header, the source tarball's version and commit, the base image's RepoTags,
+    the model directory's manifest and config.json) and, where the pins know the package index's sha256,
+    has that digest (C(module_utils/bundle_index.py)).
   - Run it on the controller (C(delegate_to: localhost)) before any host is touched.
-  - Digests of unchanged files (same size and modification time) are remembered in I(cache_file).
+  - Digests of unchanged files (same size and modification time), and what each file says it is, are
+    remembered in I(cache_file).
 options:
   bundle_dir:
     description: The bundle directory.
@@ -31,19 +38,42 @@ options:
     type: path
   only_required:
     description:
-      - Verify only the I(required) files (a stage that uses a few artifacts of a large bundle);
-        by default every file the manifest lists is verified.
+      - Verify only the I(required) files and those of I(artifacts) (a stage that uses a few artifacts of
+        a large bundle); by default every file the manifest lists is verified.
     type: bool
     default: false
+  artifacts:
+    description: Pin keys whose C(bundle.yml) entries must exist and be true to the pins and the files.
+    type: list
+    elements: str
+    default: []
+  index_all:
+    description: Also verify every other pinned entry C(bundle.yml) has (preflight).
+    type: bool
+    default: false
+  index:
+    description: The bundle's C(bundle.yml), parsed (C(kunlun_stack_bundle_index)); read when I(artifacts) or I(index_all).
+    type: dict
+    default: {}
+  pins:
+    description:
+      - The pins the index is compared with (C(kunlun_stack_bundle_pins) - kunlun_stack_components,
+        kunlun_stack_driver, kunlun_stack_base_image, kunlun_stack_model, kunlun_stack_gateway_router,
+        kunlun_stack_index_sha256).
+    type: dict
+    default: {}
 author:
   - kunlun-fleet contributors
 """
 
 EXAMPLES = r"""
-- name: Verify the bundle
+- name: Verify the driver's installer, its index entry and its pin
   bundle_check:
     bundle_dir: "{{ kunlun_stack_bundle_dir }}"
-    required: ["{{ kunlun_stack_driver.artifact }}"]
+    index: "{{ kunlun_stack_bundle_index }}"
+    pins: "{{ kunlun_stack_bundle_pins }}"
+    artifacts: [driver]
+    only_required: true
   delegate_to: localhost
   run_once: true
 """
@@ -55,14 +85,14 @@ problems:
   type: list
   elements: dict
 sums:
-  description: The manifest's sha256 of each I(required) path, verified against the file.
+  description: The manifest's sha256 of each I(required) path and each file of I(artifacts), verified against the file.
   returned: success
   type: dict
-  sample: {"drivers/xre-5.0.21.26-linux-x86_64.run": "9f2c...e1"}
+  sample: {"drivers/xre-Linux-x86_64-5.0.21.26.run": "9f2c...e1"}
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bundle_manifest import check_bundle
+from ansible.module_utils.bundle_index import check
 
 
 def main():
@@ -72,12 +102,18 @@ def main():
             required=dict(type="list", elements="str", default=[]),
             cache_file=dict(type="path"),
             only_required=dict(type="bool", default=False),
+            artifacts=dict(type="list", elements="str", default=[]),
+            index_all=dict(type="bool", default=False),
+            index=dict(type="dict", default={}),
+            pins=dict(type="dict", default={}),
         ),
         supports_check_mode=True,
     )
+    params = module.params
     sums = {}
-    found = check_bundle(module.params["bundle_dir"], module.params["required"], module.params["cache_file"],
-                         only_required=module.params["only_required"], sums_out=sums)
+    found = check(params["bundle_dir"], params["pins"], params["index"], artifacts=params["artifacts"],
+                  required=params["required"], cache_path=params["cache_file"], only_required=params["only_required"],
+                  index_all=params["index_all"], sums_out=sums)
     problems = [{"path": p, "state": s, "fix": f} for p, s, f in found]
     if problems:
         # Callers run it on the controller before any host is touched.

@@ -58,7 +58,7 @@ EXAMPLES = r"""
   model_verify:
     path: /home/newdata/models/{{ kunlun_stack_model.directory }}
     directory: "{{ kunlun_stack_model.directory }}"
-    manifest: "{{ lookup('ansible.builtin.file', kunlun_stack_bundle_dir ~ '/' ~ kunlun_stack_model.manifest) }}"
+    manifest: "{{ lookup('ansible.builtin.file', kunlun_stack_bundle_dir ~ '/' ~ kunlun_stack_bundle_files.model) }}"
     cache_file: /home/newdata/models/.{{ kunlun_stack_model.directory }}.sums.json
     fail_on_problems: false
   register: model_before

@@ -1,32 +1,38 @@
-"""Build the simulated fleet's offline bundle: stand-ins for the vendor's artifacts.
+"""Build the simulated fleet's offline bundle: stand-ins for the vendor's artifacts, made
+into a bundle by the product's own builder (`kunlun-fleet bundle build`, kunlun_fleet/bundle.py).
 
     python -m kunlun_fleet.sim.bundle build --out DIR [--force] [--with-base-image]
     python -m kunlun_fleet.sim.bundle verify --out DIR
 
-The layout is the one of a real bundle (see the team contract) and every file name comes
-from the pins (`roles/kunlun_stack/defaults/main.yml`, read here, never copied):
+This module writes what a vendor delivers, with the vendor's file names, into a vendor
+directory of its own, next to `out`:
 
-    drivers/xre-Linux-x86_64-<ver>.run     the kit's XRE installer (kunlun_fleet/sim/kit/xre.py)
-    torch/xpytorch-...run                  torch 2.5.1 + torch_xmlir, makeself-style installer
-    wheels/kunlun_ops, triton, xspeedgate_ops, cocopod, vllm   stand-in wheels (zipfile-built)
-    wheels/transformers-5.2.0-...whl       the real wheel from PyPI (cached)
-    wheelhouse/vllm_router-0.1.17-...whl   the gateway's router and every wheel it needs, for the
-                                           gateway hosts' Python (pip download from PyPI, cached)
-    src/vllm-kunlun-0.15.1.dev0-4885de2.tar.gz   source tree with a C extension, patches
-    models/<dir>/ and models/<dir>.sha256  small model with real config.json and tokenizer
-    images/vllm-kunlun-exp-base.tar        only with --with-base-image (build_base_image)
+    xre-Linux-x86_64-<ver>.run             the kit's XRE installer (kunlun_fleet/sim/kit/xre.py)
+    xpytorch-cp310-torch251-...x64.run     torch 2.5.1 + torch_xmlir, makeself-style installer
+    kunlun_ops, triton, xspeedgate_ops, cocopod wheels   stand-in wheels (zipfile-built)
+    vllm-kunlun-<ver>-<commit>.tar.gz      source tree with a C extension, patches (setup.py
+                                           records VERSION and COMMIT, as the builder reads them)
+    <model dir>/ and <model dir>.sha256    small model with real config.json and tokenizer
+    vllm-kunlun-exp-base.tar               only with --with-base-image (build_base_image, cached)
     debs/<package>_<version>_<arch>.deb    the engine role's offline install (engine_source: bundle):
                                            engine_bundle_packages (roles/engine/defaults/main.yml) and
                                            every package they need that a minimal Debian 12 host
                                            (debootstrap minbase) lacks, amd64, from the Debian mirror
                                            (apt-get --download-only against a minbase dpkg status; cached)
-    MANIFEST.sha256                        sha256sum lines over every other file, sorted
+
+and gives the builder, as --find-links with --no-index, what stands for the package index:
+the stand-in vllm wheel (under the index's file name), the real transformers wheel and the
+gateway's router with every wheel it needs for the gateway hosts' Python (downloaded from
+PyPI once into the sim cache). The pins are those of inventories/sim (--inventory): the
+stand-in vllm cannot have the index's sha256, and the sim inventory says so. The builder
+lays the bundle out, checks every file against its pin and writes bundle.yml and
+MANIFEST.sha256; any pin it cannot satisfy fails the build.
 
 Outputs are deterministic (fixed timestamps and order in every archive), so the same
 sources give the same bytes and the same manifest. `build` is skipped when the sources,
 the pins and the output are unchanged (a stamp in the sim cache records what was built).
-Files in the bundle that this builder does not own (images/, other wheels in wheelhouse/)
-are kept and covered by the manifest.
+Files in the bundle outside the layout the builder fills (images/ without
+--with-base-image) are kept and covered by the manifest.
 """
 import argparse
 import fcntl
@@ -37,7 +43,6 @@ import importlib.util
 import io
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -59,7 +64,16 @@ XRE_MODULE = os.path.join(HERE, "kit", "xre.py")
 SIM_HOME = os.path.abspath(os.environ.get("KUNLUN_SIM_HOME", "/var/lib/kunlun-sim"))
 CACHE_DIR = os.path.join(SIM_HOME, "cache")
 MANIFEST = "MANIFEST.sha256"
-OWNED_DIRS = ("drivers", "torch", "wheels", "src", "models", "debs")
+SIM_INVENTORY = os.path.join(REPO_ROOT, "inventories", "sim")
+# The vendor's and the index's file names of the stand-ins (the pins name no file).
+WHEEL_TAG = "cp310-cp310-linux_x86_64"
+VLLM_WHEEL_TAG = "cp38-abi3-manylinux_2_31_x86_64"
+TORCH_RUN = "xpytorch-cp310-torch251-ubuntu2004-x64.run"
+BASE_ARCHIVE = "vllm-kunlun-exp-base.tar"
+# The builder's code and the sim inventory's pins shape the bundle too.
+PRODUCT_SOURCES = [os.path.join(REPO_ROOT, p) for p in (
+    "kunlun_fleet/bundle.py", "module_utils/artifact_identity.py", "module_utils/bundle_index.py",
+    "module_utils/bundle_manifest.py", "module_utils/model_config.py", "inventories/sim/group_vars/all/sim.yml")]
 
 # cocopod's METADATA version. None: the pinned version (what importlib.metadata reports
 # is then the pin). Set it to a different version (e.g. "0.0.0+torch2.5") to make uv
@@ -67,8 +81,6 @@ OWNED_DIRS = ("drivers", "torch", "wheels", "src", "models", "debs")
 # version against the file name (not the name, tags or dist-info directory), so a
 # refusal and importlib.metadata reporting the pinned version cannot both hold.
 COCOPOD_METADATA_VERSION = None
-
-WHEEL_RE = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)-(?P<tag>[^-]+-[^-]+-[^-]+)\.whl$")
 
 SMALL_PACKAGES = {
     # kunlun_ops: the package tree under artifacts/kunlun_ops_src (its operator table)
@@ -97,17 +109,10 @@ def component(pins: dict, name: str) -> dict:
     return pins["kunlun_stack_components"][name]
 
 
-def parse_wheel_name(path: str):
-    m = WHEEL_RE.match(os.path.basename(path))
-    if not m:
-        raise ValueError(f"not a wheel file name: {path}")
-    return m.group("name"), m.group("version"), m.group("tag")
-
-
 # --------------------------------------------------------------------------- sources
 def source_files() -> list:
     """Every input that shapes the bundle (for the up-to-date check)."""
-    files = [os.path.abspath(__file__), PINS_FILE]
+    files = [os.path.abspath(__file__), PINS_FILE] + [p for p in PRODUCT_SOURCES if os.path.exists(p)]
     for root, dirs, names in os.walk(ARTIFACTS):
         dirs[:] = sorted(d for d in dirs if d not in ("__pycache__", "tools"))
         files += [os.path.join(root, n) for n in sorted(names) if not n.endswith(".pyc")]
@@ -189,11 +194,12 @@ def gzip_file(fileobj):
 
 
 # --------------------------------------------------------------------------- artifacts
-def build_small_wheels(pins: dict, out: str) -> list:
+def build_small_wheels(pins: dict, vendor: str) -> list:
+    """The four vendor wheels, under their vendor names, into `vendor`."""
     written = []
     for pkg, (summary, init) in SMALL_PACKAGES.items():
-        rel = component(pins, pkg)["artifact"]
-        name, version, tag = parse_wheel_name(rel)
+        comp = component(pins, pkg)
+        name, version = comp["wheel"], comp["version"]
         base = version.split("+")[0]
         if init is None:
             files = {arc: data.replace(b"@VERSION@", version.encode())
@@ -203,27 +209,29 @@ def build_small_wheels(pins: dict, out: str) -> list:
         kw = {}
         if pkg == "cocopod" and COCOPOD_METADATA_VERSION:
             kw["metadata_version"] = COCOPOD_METADATA_VERSION
-        path = os.path.join(out, rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        build_wheel(path, name, version, files, tag, summary=summary, **kw)
-        written.append(rel)
+        path = os.path.join(vendor, f"{name}-{version}-{WHEEL_TAG}.whl")
+        os.makedirs(vendor, exist_ok=True)
+        build_wheel(path, name, version, files, WHEEL_TAG, summary=summary, **kw)
+        written.append(path)
     return written
 
 
-def build_vllm_wheel(pins: dict, out: str) -> str:
-    rel = component(pins, "vllm")["artifact"]
-    name, version, tag = parse_wheel_name(rel)
+def build_vllm_wheel(pins: dict, index: str) -> str:
+    """The stand-in vllm wheel under the package index's file name, into `index` (what the
+    builder takes as the index: --find-links)."""
+    comp = component(pins, "vllm")
+    name, version = comp["wheel"], comp["version"]
     src = os.path.join(ARTIFACTS, "vllm_src")
     files = tree_files(os.path.join(src, "vllm"), "vllm/")
-    path = os.path.join(out, rel)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    build_wheel(path, name, version, files, tag,
+    path = os.path.join(index, f"{name}-{version}-{VLLM_WHEEL_TAG}.whl")
+    os.makedirs(index, exist_ok=True)
+    build_wheel(path, name, version, files, VLLM_WHEEL_TAG,
                 summary="A high-throughput and memory-efficient inference and serving engine for LLMs",
                 requires_python="<3.14,>=3.10",
                 extra_metadata=("Author: vLLM Team", "License-Expression: Apache-2.0",
                                 "Project-URL: Homepage, https://github.com/vllm-project/vllm"),
                 entry_points="[console_scripts]\nvllm = vllm.entrypoints.cli.main:main\n")
-    return rel
+    return path
 
 
 def _cached_pypi_wheel(name: str, version: str, fname: str) -> str:
@@ -249,13 +257,12 @@ def _copy_if_changed(src: str, path: str) -> None:
         os.replace(path + ".tmp", path)
 
 
-def fetch_transformers(pins: dict, out: str) -> str:
-    """The real transformers wheel, downloaded once into the sim cache."""
+def fetch_transformers(pins: dict) -> str:
+    """The real transformers wheel, downloaded once into the sim cache: its directory (an
+    index for the builder)."""
     comp = component(pins, "transformers")
-    rel = comp["artifact"]
-    cached = _cached_pypi_wheel("transformers", comp["version"], os.path.basename(rel))
-    _copy_if_changed(cached, os.path.join(out, rel))
-    return rel
+    fname = f"{comp['wheel']}-{comp['version']}-py3-none-any.whl"
+    return os.path.dirname(_cached_pypi_wheel(comp["wheel"], comp["version"], fname))
 
 
 def fetch_transformers_version(version: str, out: str) -> str:
@@ -268,48 +275,45 @@ def fetch_transformers_version(version: str, out: str) -> str:
     return rel
 
 
-def fetch_wheelhouse(pins: dict, out: str) -> list:
+def fetch_wheelhouse(pins: dict) -> str:
     """The gateway's router (kunlun_stack_gateway_router) and all its dependency wheels for
-    the gateway hosts' CPython (Debian 12: 3.11, manylinux x86_64), downloaded once into
-    the sim cache (kept as a set: the same wheels on every later build), copied into
-    wheelhouse/ of the bundle."""
+    the gateway hosts' CPython and platform, downloaded once into the sim cache through the
+    builder's own pip download (kept as a set: the same wheels on every later build): the
+    directory (an index for the builder)."""
+    from kunlun_fleet import bundle as product
+
     gw = pins["kunlun_stack_gateway_router"]
-    rel = gw["artifact"]
-    sub = os.path.dirname(rel)
     py = str(gw["python"])
     tag = "cp" + py.replace(".", "")
     cache = os.path.join(CACHE_DIR, "wheelhouse", f"{gw['package']}-{gw['version']}-{tag}")
+
+    def fill(tmp):
+        ok, got = product.pip_download([f"{gw['package']}=={gw['version']}"], tmp, py,
+                                       product.manylinux_platforms(str(gw["platform"])), deps=True)
+        if not ok:
+            raise RuntimeError(f"could not download {gw['package']}=={gw['version']} and its dependencies "
+                               f"for CPython {py} into {tmp}: {got}")
+        return b""
+
+    return cached_dir(cache, fill)
+
+
+def cached_dir(cache: str, fill) -> str:
+    """cache, filled once by fill(tmp) (which returns the .complete marker's content) into a
+    partial directory then renamed into place: one download for builders running side by
+    side (the suites' lanes), none once complete."""
     complete = os.path.join(cache, ".complete")
-    if not os.path.exists(complete):
-        tmp = cache + ".partial"
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.makedirs(tmp)
-        cmd = [sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--disable-pip-version-check",
-               "--python-version", py, "--implementation", "cp", "--abi", tag,
-               "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
-               "--platform", "manylinux2014_x86_64", "--platform", "manylinux1_x86_64",
-               "--platform", "linux_x86_64", "-d", tmp, f"{gw['package']}=={gw['version']}"]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0 or not os.path.exists(os.path.join(tmp, os.path.basename(rel))):
-            raise RuntimeError(
-                f"could not download {gw['package']}=={gw['version']} ({os.path.basename(rel)}) and its "
-                f"dependencies for CPython {py} into {tmp}:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-        shutil.rmtree(cache, ignore_errors=True)
-        os.replace(tmp, cache)
-        _write(complete, b"")
-    written = []
-    for name in sorted(os.listdir(cache)):
-        if not name.endswith(".whl"):
-            continue
-        src = os.path.join(cache, name)
-        path = os.path.join(out, sub, name)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        if not os.path.exists(path) or sha256_file(path) != sha256_file(src):
-            shutil.copyfile(src, path + ".tmp")
-            os.chmod(path + ".tmp", 0o644)
-            os.replace(path + ".tmp", path)
-        written.append(f"{sub}/{name}")
-    return written
+    os.makedirs(os.path.dirname(cache), exist_ok=True)
+    with open(cache + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(complete):
+            tmp = cache + ".partial"
+            shutil.rmtree(tmp, ignore_errors=True)
+            marker = fill(tmp)
+            _write(os.path.join(tmp, ".complete"), marker)
+            shutil.rmtree(cache, ignore_errors=True)
+            os.replace(tmp, cache)
+    return cache
 
 
 # --------------------------------------------------------------------------- debs
@@ -435,20 +439,11 @@ def ensure_debs(packages: list = None, log=print) -> str:
     downloaded once (kept as a set: the same files on every later build, until the packages or
     the sources change; delete the directory to take newer ones)."""
     packages = engine_bundle_packages() if packages is None else packages
-    cache = debs_cache(packages)
-    complete = os.path.join(cache, ".complete")
-    os.makedirs(os.path.dirname(cache), exist_ok=True)
-    with open(cache + ".lock", "w") as lock:
-        # One download for builders running side by side (the suites' lanes).
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not os.path.exists(complete):
-            tmp = cache + ".partial"
-            shutil.rmtree(tmp, ignore_errors=True)
-            download_debs(packages, tmp, log)
-            _write(os.path.join(tmp, ".complete"), ("\n".join(packages) + "\n").encode())
-            shutil.rmtree(cache, ignore_errors=True)
-            os.replace(tmp, cache)
-    return cache
+    def fill(tmp):
+        download_debs(packages, tmp, log)
+        return ("\n".join(packages) + "\n").encode()
+
+    return cached_dir(debs_cache(packages), fill)
 
 
 def fetch_debs(out: str, log=print, packages: list = None) -> list:
@@ -462,23 +457,23 @@ def fetch_debs(out: str, log=print, packages: list = None) -> list:
     return written
 
 
-def build_torch(pins: dict, out: str) -> str:
-    rel = component(pins, "torch")["artifact"]
-    path = os.path.join(out, rel)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+def build_torch(pins: dict, vendor: str) -> str:
+    path = os.path.join(vendor, TORCH_RUN)
+    os.makedirs(vendor, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="kf-torch-run-") as work:
         build_torch_run(path, work)
-    return rel
+    return path
 
 
-def build_vllm_kunlun(pins: dict, out: str) -> str:
+def build_vllm_kunlun(pins: dict, vendor: str) -> str:
     """Source tarball; members at the archive root (setup.py, vllm_kunlun/, csrc/...)."""
-    rel = component(pins, "vllm_kunlun")["artifact"]
+    comp = component(pins, "vllm_kunlun")
     src = os.path.join(ARTIFACTS, "vllm_kunlun_src")
     members = tree_files(src)
     data = _tar_gz(members, {"setup.py": 0o755, "vllm_kunlun/patches/patch_torch251.py": 0o755})
-    _write(os.path.join(out, rel), data)
-    return rel
+    path = os.path.join(vendor, f"vllm-kunlun-{comp['version']}-{comp['commit']}.tar.gz")
+    _write(path, data)
+    return path
 
 
 def build_vllm_kunlun_variant(out: str, commit: str = "2fda97b", pins: dict = None) -> str:
@@ -505,32 +500,31 @@ def build_vllm_kunlun_variant(out: str, commit: str = "2fda97b", pins: dict = No
     return rel
 
 
-def build_model(pins: dict, out: str) -> list:
+def build_model(pins: dict, vendor: str) -> str:
+    """The model directory and its sha256 manifest beside it, into `vendor`."""
     model = pins["kunlun_stack_model"]
-    model_dir = os.path.join(out, "models", model["directory"])
+    model_dir = os.path.join(vendor, model["directory"])
     if os.path.isdir(model_dir):
         shutil.rmtree(model_dir)
-    names = model_mod.build_model_dir(model_dir, pins)
-    _write(os.path.join(out, model["manifest"]), model_mod.sha256_manifest(model_dir).encode())
-    return [f"models/{model['directory']}/{n}" for n in names] + [model["manifest"]]
+    model_mod.build_model_dir(model_dir, pins)
+    _write(model_dir + ".sha256", model_mod.sha256_manifest(model_dir).encode())
+    return model_dir
 
 
-def build_driver(pins: dict, out: str):
+def build_driver(pins: dict, vendor: str):
     """The XRE installer from the kit helper's builder, when it exists."""
-    rel = pins["kunlun_stack_driver"]["artifact"]
     if not os.path.exists(XRE_MODULE):
-        return None, f"skipped {rel}: {XRE_MODULE} does not exist yet"
+        return None, f"skipped the XRE installer: {XRE_MODULE} does not exist yet"
     spec = importlib.util.spec_from_file_location("kunlun_kit_xre", XRE_MODULE)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    path = os.path.join(out, rel)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    mod.build_xre_run(pins["kunlun_stack_driver"]["version"], path)
-    return rel, None
+    os.makedirs(vendor, exist_ok=True)
+    return str(mod.build_xre_run(pins["kunlun_stack_driver"]["version"], vendor)), None
 
 
 def build_base_image(pins: dict, out: str) -> str:
-    """images/vllm-kunlun-exp-base.tar: `docker save` of the base image.
+    """`docker save` of the base image, written to <out>/images/vllm-kunlun-exp-base.tar;
+    returns that relative path.
 
     Made by kunlun_fleet/sim/base_image.py on the sim fleet's engine: the sim fleet's
     debootstrap root (Debian 12), this machine's CPython 3.10 at /opt/python3.10 with a venv
@@ -541,9 +535,26 @@ def build_base_image(pins: dict, out: str) -> str:
     from kunlun_fleet.sim.config import SimError
 
     try:
-        return base_image.build(pins, out)
+        # base_image.build takes the archive's place from the pins of old (the pins name no file now).
+        return base_image.build(dict(pins, kunlun_stack_base_image_archive="images/" + BASE_ARCHIVE), out)
     except SimError as exc:
         raise RuntimeError(str(exc)) from exc
+
+
+def stage_base_image(pins: dict, vendor: str) -> str:
+    """The base image archive in `vendor`: saved once into the sim cache (base_image's own
+    stamp), linked from there (copied across filesystems)."""
+    cache = os.path.join(CACHE_DIR, "vendor-base")
+    os.makedirs(cache, exist_ok=True)
+    with open(cache + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # builders side by side save it once
+        rel = build_base_image(pins, cache)
+    dest = os.path.join(vendor, BASE_ARCHIVE)
+    try:
+        os.link(os.path.join(cache, rel), dest)
+    except OSError:
+        shutil.copyfile(os.path.join(cache, rel), dest)
+    return dest
 
 
 # --------------------------------------------------------------------------- manifest
@@ -586,64 +597,72 @@ def verify(out: str) -> list:
     return problems
 
 
-def expected_artifacts(pins: dict) -> list:
-    comps = pins["kunlun_stack_components"]
-    rels = [c["artifact"] for c in comps.values() if "artifact" in c]
-    if pins.get("kunlun_stack_gateway_router"):
-        rels.append(pins["kunlun_stack_gateway_router"]["artifact"])
-    return rels + [pins["kunlun_stack_model"]["manifest"]]
+def _indexed(out: str, with_base_image: bool) -> bool:
+    """bundle.yml maps every pin (the base image only when asked for)."""
+    try:
+        with open(os.path.join(out, "bundle.yml"), encoding="utf-8") as fh:
+            entries = (yaml.safe_load(fh) or {}).get("artifacts") or {}
+    except (OSError, yaml.YAMLError, AttributeError):
+        return False
+    from kunlun_fleet import bundle as product
+
+    _, index, _ = product.module_utils()
+    wanted = [k for k in index.expected(load_pins()) if with_base_image or k != "base_image"]
+    return all(k in entries for k in wanted)
+
+
+def make_vendor(pins: dict, work: str, with_base_image: bool = False, log=print) -> tuple:
+    """The stand-in vendor directory and the find-links directories standing for the package
+    index, under `work`: (vendor, [index dirs], notes)."""
+    vendor, index = os.path.join(work, "vendor"), os.path.join(work, "index")
+    notes = []
+    build_small_wheels(pins, vendor)
+    build_torch(pins, vendor)
+    build_vllm_kunlun(pins, vendor)
+    build_model(pins, vendor)
+    _, note = build_driver(pins, vendor)
+    if note:
+        notes.append(note)
+    fetch_debs(vendor, log)
+    if with_base_image:
+        stage_base_image(pins, vendor)
+    build_vllm_wheel(pins, index)
+    return vendor, [index, fetch_transformers(pins), fetch_wheelhouse(pins)], notes
 
 
 # --------------------------------------------------------------------------- build
 def build(out: str, force: bool = False, with_base_image: bool = False, log=print) -> dict:
+    from kunlun_fleet import bundle as product
+
     out = os.path.abspath(out)
     pins = load_pins()
     digest = sources_hash()
     stamp = _stamp_path(out)
     if not force and os.path.exists(stamp):
         with open(stamp, encoding="utf-8") as fh:
-            wanted = expected_artifacts(pins)
-            if with_base_image:
-                wanted = wanted + [pins["kunlun_stack_base_image_archive"]]
-            if fh.read().strip() == digest and not verify(out) and all(
-                    os.path.exists(os.path.join(out, r)) for r in wanted):
+            if fh.read().strip() == digest and not verify(out) and _indexed(out, with_base_image):
                 log(f"bundle {out} is up to date (sources {digest[:12]})")
                 return {"changed": False, "out": out, "sources": digest, "notes": []}
     os.makedirs(out, exist_ok=True)
-    notes = []
-    written = []
-    written += build_small_wheels(pins, out)
-    written.append(build_vllm_wheel(pins, out))
-    written.append(fetch_transformers(pins, out))
-    written += fetch_wheelhouse(pins, out)
-    written += fetch_debs(out, log)
-    written.append(build_torch(pins, out))
-    written.append(build_vllm_kunlun(pins, out))
-    written += build_model(pins, out)
-    rel, note = build_driver(pins, out)
-    if rel:
-        written.append(rel)
-    if note:
-        notes.append(note)
-    if with_base_image:
-        written.append(build_base_image(pins, out))
-    # Drop files in the directories this builder owns that it did not write now.
-    keep = set(written)
-    for sub in OWNED_DIRS:
-        for root, dirs, names in os.walk(os.path.join(out, sub), topdown=False):
-            for n in names:
-                rel_path = os.path.relpath(os.path.join(root, n), out).replace(os.sep, "/")
-                if rel_path not in keep:
-                    os.remove(os.path.join(root, n))
-            if root != out and not os.listdir(root):
-                os.rmdir(root)
-    write_manifest(out)
+    # The vendor's files beside the bundle (the same filesystem: the builder links them).
+    work = tempfile.mkdtemp(prefix=".kf-sim-vendor-", dir=os.path.dirname(out))
+    lines = []
+    try:
+        vendor, links, notes = make_vendor(pins, work, with_base_image, log)
+        rc, builder = product.build(out, vendor=vendor, find_links=links, no_index=True,
+                                    pins=product.load_pins(SIM_INVENTORY), no_base_image=not with_base_image,
+                                    log=lines.append)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if rc != product.OK:
+        raise RuntimeError("`kunlun-fleet bundle build` refused the stand-in bundle (exit %d):\n%s" % (rc, "\n".join(lines)))
     os.makedirs(os.path.dirname(stamp), exist_ok=True)
     _write(stamp, (digest + "\n").encode())
     for n in notes:
         log(f"note: {n}")
-    log(f"bundle written to {out} ({len(written)} artifacts, sources {digest[:12]})")
-    return {"changed": True, "out": out, "sources": digest, "notes": notes, "files": sorted(written)}
+    files = product.bundle_files(out)
+    log(f"bundle written to {out} by kunlun-fleet bundle build ({len(files)} files, sources {digest[:12]})")
+    return {"changed": True, "out": out, "sources": digest, "notes": notes, "files": files}
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:

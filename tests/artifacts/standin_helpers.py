@@ -19,6 +19,12 @@ def load_pins():
     return yaml.safe_load(PINS.read_text())
 
 
+def bundle_files(bundle_dir: Path) -> dict:
+    """{pin key: file relative to the bundle} from the bundle's index, bundle.yml."""
+    index = yaml.safe_load((Path(bundle_dir) / "bundle.yml").read_text())
+    return {key: entry["path"] for key, entry in index["artifacts"].items()}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -46,7 +52,11 @@ def install_stack(bundle_dir: Path, work: Path, components: dict, python: str) -
     """A venv under work holding the stand-in stack from bundle_dir, installed in the
     serving image's order (the torch .run, the four wheels, vllm and transformers
     force-reinstalled, vllm-kunlun built from its tarball); pip where the image uses uv.
+    Each file is the one the bundle's index (bundle.yml) names, or a component's own
+    `artifact` (a path relative to the bundle) where a test gives one.
     Returns {venv, python, src, env, sh} (sh runs a command in env)."""
+    files = bundle_files(bundle_dir)
+    files.update({k: c["artifact"] for k, c in components.items() if isinstance(c, dict) and c.get("artifact")})
     venv = work / "venv"
     subprocess.run([python, "-m", "venv", str(venv)], check=True)
     py = str(venv / "bin" / "python")
@@ -59,15 +69,15 @@ def install_stack(bundle_dir: Path, work: Path, components: dict, python: str) -
         return proc.stdout
 
     # torch: the vendor's .run installs with pip into the active environment
-    sh("bash", str(bundle_dir / components["torch"]["artifact"]),
+    sh("bash", str(bundle_dir / files["torch"]),
        env=dict(env, CONDA_PREFIX=str(venv), PATH=f"{venv}/bin:{os.environ['PATH']}"))
     for pkg in ("kunlun_ops", "triton", "xspeedgate_ops", "cocopod"):
-        sh(py, "-m", "pip", "install", "--no-deps", str(bundle_dir / components[pkg]["artifact"]))
+        sh(py, "-m", "pip", "install", "--no-deps", str(bundle_dir / files[pkg]))
     for pkg in ("vllm", "transformers"):
-        sh(py, "-m", "pip", "install", "--no-deps", "--force-reinstall", str(bundle_dir / components[pkg]["artifact"]))
+        sh(py, "-m", "pip", "install", "--no-deps", "--force-reinstall", str(bundle_dir / files[pkg]))
     src = work / "vllm-kunlun"
     src.mkdir()
-    sh("tar", "-xzf", str(bundle_dir / components["vllm_kunlun"]["artifact"]), "-C", str(src))
+    sh("tar", "-xzf", str(bundle_dir / files["vllm_kunlun"]), "-C", str(src))
     sh(py, "setup.py", "build", cwd=src)
     sh(py, "setup.py", "install", cwd=src)
     return {"venv": venv, "python": py, "src": src, "sh": sh, "env": env}

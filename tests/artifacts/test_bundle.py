@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kunlun_fleet.sim import bundle
-from standin_helpers import NO_PY310, install_stack, make_dev_dir, python310
+from standin_helpers import NO_PY310, bundle_files, install_stack, make_dev_dir, python310
 
 SMALL = ("kunlun_ops", "triton", "xspeedgate_ops", "cocopod", "vllm")
 
@@ -27,16 +27,21 @@ def built(tmp_path_factory):
     return out, result
 
 
-def test_every_pinned_artifact_has_its_pinned_name(built, pins):
+def test_every_pin_is_indexed_under_the_vendor_s_or_the_index_s_name(built, pins):
+    """bundle.yml (kunlun-fleet bundle build's index) maps every pin to its file; the files
+    keep the names the vendor and the package index give them."""
     out, _ = built
-    for name, comp in pins["kunlun_stack_components"].items():
-        if "artifact" in comp:
-            assert (out / comp["artifact"]).is_file(), name
+    files = bundle_files(out)
+    for name in pins["kunlun_stack_components"]:
+        if name != "python":
+            assert (out / files[name]).is_file(), name
+    assert files["vllm"] == "wheels/vllm-0.15.1-cp38-abi3-manylinux_2_31_x86_64.whl"
+    assert files["torch"] == "torch/xpytorch-cp310-torch251-ubuntu2004-x64.run"
     model = pins["kunlun_stack_model"]
     assert (out / "models" / model["directory"] / "config.json").is_file()
-    assert (out / model["manifest"]).is_file()
+    assert files["model"] == "models/%s.sha256" % model["directory"]
     if os.path.exists(bundle.XRE_MODULE):
-        assert (out / pins["kunlun_stack_driver"]["artifact"]).is_file()
+        assert files["driver"] == "drivers/xre-Linux-x86_64-%s.run" % pins["kunlun_stack_driver"]["version"]
 
 
 def test_manifest_verifies_with_sha256sum(built):
@@ -103,7 +108,7 @@ def test_model_files_match_the_pins(built, pins):
         header = json.loads(raw[8:8 + n])
         end = max(v["data_offsets"][1] for k, v in header.items() if k != "__metadata__")
         assert 8 + n + end == len(raw)
-    proc = subprocess.run(["sha256sum", "-c", "--strict", str(out / model["manifest"])], cwd=d,
+    proc = subprocess.run(["sha256sum", "-c", "--strict", str(out / bundle_files(out)["model"])], cwd=d,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -112,7 +117,7 @@ def test_model_files_match_the_pins(built, pins):
 def test_wheel_metadata_and_record(built, pins, pkg):
     out, _ = built
     comp = pins["kunlun_stack_components"][pkg]
-    with zipfile.ZipFile(out / comp["artifact"]) as zf:
+    with zipfile.ZipFile(out / bundle_files(out)[pkg]) as zf:
         names = zf.namelist()
         dist_info = [n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA")]
         assert len(dist_info) == 1
@@ -177,7 +182,10 @@ def test_install_the_stack_into_a_venv(built, pins, tmp_path):
         "print(json.dumps({'versions': {n: m.version(n) for n in names}, 'torch': torch.__version__,\n"
         "  'xpu': torch.xpu.device_count(), 'devices': torch_xmlir._XMLIRC._xpu_get_devices_number(),\n"
         "  'file': vllm_kunlun.__file__, 'kunlun': _kunlun.__file__, 'ef': ef._PATCHED_BY,\n"
-        "  'q': getattr(q, '_KUNLUN_PATCHED', None), 'vllm': vllm.__version__}))\n")
+        "  'q': getattr(q, '_KUNLUN_PATCHED', None), 'vllm': vllm.__version__,\n"
+        "  'cuda': [torch.cuda.is_available(), torch.cuda.device_count(),\n"
+        "           torch.arange(4, device='cuda:0').cpu().tolist(), str(torch.arange(4, device='cuda:0').device),\n"
+        "           torch.cuda.get_device_properties(0).total_memory, torch.cuda.get_device_properties(0).name]}))\n")
     probe_env = dict(env, KUNLUN_SIM_DEV_DIR=str(dev), XPU_VISIBLE_DEVICES="0,1,2,3,4,5,6,7")
     got = json.loads(sh(py, "-c", probe, cwd=tmp_path, env=probe_env).strip().splitlines()[-1])
     want = {"torch": comps["torch"]["version"], "kunlun_ops": comps["kunlun_ops"]["version"],
@@ -187,6 +195,8 @@ def test_install_the_stack_into_a_venv(built, pins, tmp_path):
     assert got["versions"] == want
     assert got["torch"] == "2.5.1" and got["vllm"] == "0.15.1"
     assert got["xpu"] == 0 and got["devices"] == 8
+    # CUDA-compatible mode: the 8 XPUs are torch.cuda's, 96 GiB each (xpu-smi's 98304 MiB)
+    assert got["cuda"] == [True, 8, [0, 1, 2, 3], "cuda:0", 98304 * 1024 * 1024, "P800 OAM"]
     assert got["file"].startswith(str(site)) and got["kunlun"].endswith(".so")
     assert got["ef"] and got["q"]
     # the installed wheel's server: argparse like vllm, `vllm` console script
@@ -210,13 +220,13 @@ def test_uv_install_path(built, pins, tmp_path):
     # setup.sh (after the sed) calls `uv` by name, as the image build does.
     env = dict(os.environ, VIRTUAL_ENV=str(venv), UV_OFFLINE="1",
                PATH=os.path.dirname(UV) + os.pathsep + os.environ.get("PATH", ""))
-    subprocess.run(["bash", str(out / comps["torch"]["artifact"]), "--noexec", "--target",
+    subprocess.run(["bash", str(out / bundle_files(out)["torch"]), "--noexec", "--target",
                     str(tmp_path / "xpytorch_unpack")], check=True, capture_output=True)
     setup = tmp_path / "xpytorch_unpack" / "setup.sh"
     setup.write_text(setup.read_text().replace("pip", "uv pip").replace("CONDA_PREFIX", "VIRTUAL_ENV"))
     proc = subprocess.run(["bash", str(setup)], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    proc = subprocess.run([UV, "pip", "install", "--no-deps", str(out / comps["cocopod"]["artifact"])],
+    proc = subprocess.run([UV, "pip", "install", "--no-deps", str(out / bundle_files(out)["cocopod"])],
                           env=dict(env, UV_SKIP_WHEEL_FILENAME_CHECK="1"), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     probe = "import importlib.metadata as m; print(m.version('torch'), m.version('cocopod'))"

@@ -24,7 +24,8 @@ INVENTORY = REPO / 'inventories' / 'sim'
 HOST = 'kf-node-3'
 PINS = yaml.safe_load((REPO / 'roles/kunlun_stack/defaults/main.yml').read_text())
 PIN = PINS['kunlun_stack_driver']['version']
-ARTIFACT = PINS['kunlun_stack_driver']['artifact']
+# The installer's place in the sim bundle (bundle.yml's driver; the vendor's file name).
+ARTIFACT = 'drivers/xre-Linux-x86_64-%s.run' % PIN
 OLD = '5.0.21.10'
 
 # What the role may change, and what must stay as it was when it refuses.
@@ -108,12 +109,13 @@ def fleet_and_cleanup(sim_fleet):
 
 @pytest.fixture
 def partial_bundle(tmp_path):
-    """A bundle holding the real manifest and, optionally, a (possibly damaged) installer."""
+    """A bundle holding the real manifest and index and, optionally, a (possibly damaged) installer."""
     src = Path(yaml.safe_load((INVENTORY / 'group_vars/all/sim.yml').read_text())['kunlun_stack_bundle_dir'])
 
     def make(installer='copy'):
         (tmp_path / 'drivers').mkdir(parents=True, exist_ok=True)
         shutil.copy(src / 'MANIFEST.sha256', tmp_path / 'MANIFEST.sha256')
+        shutil.copy(src / 'bundle.yml', tmp_path / 'bundle.yml')
         if installer in ('copy', 'damaged'):
             shutil.copy(src / ARTIFACT, tmp_path / ARTIFACT)
         if installer == 'damaged':

@@ -79,7 +79,7 @@ def test_bundle_wheelhouse_holds_the_router_and_its_dependencies(tmp_path):
     out = tmp_path / "bundle"
     bundle.build(str(out), force=True, log=lambda *_: None)
     gw = PINS["kunlun_stack_gateway_router"]
-    router = out / gw["artifact"]
+    router = out / yaml.safe_load((out / "bundle.yml").read_text())["artifacts"]["gateway_router"]["path"]
     assert router.is_file()
     manifest = (out / "MANIFEST.sha256").read_text()
     wheels = sorted(p.name for p in (out / "wheelhouse").glob("*.whl"))

@@ -1,7 +1,9 @@
 """The rendered Dockerfile built for real (classic builder, no buildx) on the sim fleet's
 engine from the stand-in bundle and base image, then proved from the inside with the
-probe of stack_proof: 8 accelerator nodes pass, 7 fail on the count. The sim_fleet fixture
-starts the engine and builds the bundle (base image archive included)."""
+probe of stack_proof: 8 accelerator nodes pass (torch.cuda sees 8 devices, a cuda:0 tensor
+reads back, 96 GiB on device 0, the platform says cuda/CUDA/nccl), 7 fail on the count (the
+driver layer). The sim_fleet fixture starts the engine and builds the bundle (base image
+archive included)."""
 
 import os
 import shutil
@@ -28,20 +30,29 @@ def docker(*args, **kw):
 def built_image(sim_fleet, tmp_path_factory):
     info = docker("info")
     assert info.returncode == 0, "the sim engine does not answer after sim-up: %s" % info.stderr
+    import yaml
+
+    from kunlun_fleet import bundle as product
+
+    # The sim bundle's files, as its index (bundle.yml) names them.
+    with open(os.path.join(BUNDLE, "bundle.yml")) as fh:
+        files = {key: entry["path"] for key, entry in yaml.safe_load(fh)["artifacts"].items()}
     if docker("image", "inspect", PINS["kunlun_stack_base_image"]).returncode != 0:
-        archive = os.path.join(BUNDLE, PINS["kunlun_stack_base_image_archive"])
+        archive = os.path.join(BUNDLE, files["base_image"])
         assert os.path.exists(archive), "sim-up built no stand-in base image archive at %s" % archive
         assert docker("load", "-i", archive).returncode == 0
     from image_helpers import Site
 
     site = Site(tmp_path_factory.mktemp("engine"))
     site.bundle = type(site.bundle)(BUNDLE)
-    site.vars = {"kunlun_stack_bundle_dir": BUNDLE, "image_registry": PINS["kunlun_stack_base_image"].split("/")[0]}
+    site.vars = {"kunlun_stack_bundle_dir": BUNDLE, "image_registry": PINS["kunlun_stack_base_image"].split("/")[0],
+                 # the sim inventory's: its vllm is a stand-in, not the index's file
+                 "kunlun_stack_index_sha256": product.load_pins(ROOT / "inventories/sim")["kunlun_stack_index_sha256"]}
     ctx = site.tmp / "ctx"
     (ctx / "artifacts").mkdir(parents=True)
-    for comp in PINS["kunlun_stack_components"].values():
-        if "artifact" in comp:
-            shutil.copy(os.path.join(BUNDLE, comp["artifact"]), ctx / "artifacts")
+    for key in PINS["kunlun_stack_components"]:
+        if key != "python":
+            shutil.copy(os.path.join(BUNDLE, files[key]), ctx / "artifacts")
     playbook = site.tmp / "render.yml"
     playbook.write_text(
         "- hosts: image_builders[0]\n  gather_facts: false\n  tasks:\n"
@@ -93,21 +104,46 @@ def test_labels_carry_every_pin(built_image):
 
 
 def test_the_built_image_proves(built_image, tmp_path):
+    from ansible.module_utils import stack_proof as sp
+
     report, failed = probe(built_image, 8, tmp_path)
     assert failed == [], failed
     assert report["devices"] == 8 and report["kunlun_extension"].endswith(".so")
     assert report["executable"] == "/opt/vllm_kunlun/bin/python"
+    # what vllm-kunlun runs on: torch in CUDA-compatible mode and the platform it registers
+    assert sp.findings(report) == (
+        {"available": True, "device_count": 8, "tensor_ok": True, "total_memory_bytes": 98304 * 1024 * 1024,
+         "device_name": "P800 OAM"},
+        {"class": "vllm_kunlun.platforms.kunlun.KunlunPlatform", "device_name": "cuda", "dispatch_key": "CUDA",
+         "dist_backend": "nccl"})
+    assert sp.summary(report) == (
+        "torch.cuda: available, 8 devices, cuda:0 tensor ok, device 0 96.0 GiB; platform cuda/CUDA/nccl")
+    assert report["errors"] == {}
+
+
+SHORT = [("driver", "torch_xmlir._XMLIRC._xpu_get_devices_number()", "7"), ("driver", "torch.cuda.device_count()", "7")]
 
 
 def test_seven_nodes_fail_the_proof(built_image, tmp_path):
-    _, failed = probe(built_image, 7, tmp_path)
-    assert [(r["component"], r["found"]) for r in failed] == [("torch_xmlir._XMLIRC._xpu_get_devices_number()", "7")]
+    report, failed = probe(built_image, 7, tmp_path)
+    assert [(r["layer"], r["component"], r["found"]) for r in failed] == SHORT
+    assert report["cuda"]["tensor_ok"] is True
 
 
 def test_a_device_in_error_fails_the_proof(built_image, tmp_path):
     """Eight nodes, one of them with no driver behind it: the stack counts seven."""
     _, failed = probe(built_image, 8, tmp_path, error_node=3)
-    assert [(r["component"], r["found"]) for r in failed] == [("torch_xmlir._XMLIRC._xpu_get_devices_number()", "7")]
+    assert [(r["layer"], r["component"], r["found"]) for r in failed] == SHORT
+
+
+def test_no_node_fails_every_cuda_check_on_the_driver(built_image, tmp_path):
+    """No accelerator node passed: torch.cuda has no device and a tensor on cuda:0 raises."""
+    report, failed = probe(built_image, 0, tmp_path)
+    assert [(r["layer"], r["component"]) for r in failed] == [
+        ("driver", "torch_xmlir._XMLIRC._xpu_get_devices_number()"), ("driver", "torch.cuda.is_available()"),
+        ("driver", "torch.cuda.device_count()"), ("driver", 'torch.arange(4, device="cuda:0")'),
+        ("driver", "torch.cuda.get_device_properties(0).total_memory")]
+    assert report["errors"]["torch.cuda.tensor"] == "RuntimeError: No CUDA GPUs are available"
 
 
 def test_no_pip_in_the_venv(built_image):
@@ -188,4 +224,7 @@ def test_a_bad_stack_fails_at_start_like_the_real_one(bad_images, bad, tmp_path)
 
 def test_the_proof_refuses_an_image_without_the_extension(bad_images, tmp_path):
     _, failed = probe(bad_images["no-_kunlun"], 8, tmp_path)
-    assert [r["component"] for r in failed] == ["from vllm_kunlun import _kunlun"], failed
+    # the platform class does not import either: its module imports _kunlun
+    assert [(r["layer"], r["component"]) for r in failed] == [
+        ("plugin", "from vllm_kunlun import _kunlun"), ("plugin", "vllm.platform_plugins class")], failed
+    assert "ImportError: cannot import name '_kunlun'" in failed[1]["found"]

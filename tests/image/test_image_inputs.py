@@ -2,9 +2,12 @@
 contacted), and the image tag is a hash of exactly its inputs."""
 
 import copy
+import os
 import re
 
-from image_helpers import PINS, ROOT, write_manifest
+from kunlun_fleet.sim.artifacts.wheel import build_wheel
+
+from image_helpers import PINS, ROOT, base_archive, write_manifest
 
 TAG_PLAYBOOK = ROOT / "tests/image/tag.yml"
 
@@ -23,13 +26,13 @@ def tag_of(site, *extra):
 
 
 def test_checksum_mismatch_is_refused(site):
-    rel = PINS["kunlun_stack_components"]["cocopod"]["artifact"]
+    rel = site.files()["cocopod"]
     (site.bundle / rel).write_bytes(b"tampered\n")
     refused(*site.run(), rel, "the manifest says", "Fix:")
 
 
 def test_missing_artifact_is_refused(site):
-    rel = PINS["kunlun_stack_components"]["vllm_kunlun"]["artifact"]
+    rel = site.files()["vllm_kunlun"]
     (site.bundle / rel).unlink()
     write_manifest(site.bundle)
     refused(*site.run(), rel, "missing", "Fix:")
@@ -50,8 +53,7 @@ def test_known_bad_is_refused_even_when_unvalidated_pins_are_allowed(site):
 
 
 def test_base_image_missing_and_no_registry_is_refused(site):
-    (site.bundle / PINS["kunlun_stack_base_image_archive"]).unlink()
-    write_manifest(site.bundle)
+    site.drop("base_image")
     refused(*site.run(), "has no source: image_registry is empty", PINS["kunlun_stack_base_image"], "Fix:")
 
 
@@ -61,8 +63,7 @@ def test_no_bundle_is_refused(site):
 
 
 def test_with_a_registry_the_base_archive_is_not_needed(site):
-    (site.bundle / PINS["kunlun_stack_base_image_archive"]).unlink()
-    write_manifest(site.bundle)
+    site.drop("base_image")
     site.vars.update(image_registry=PINS["kunlun_stack_base_image"].split("/")[0], image_registry_username="u",
                      image_registry_password="s3cret-never-logged")
     rc, out = site.run(TAG_PLAYBOOK)
@@ -78,21 +79,26 @@ def test_a_registry_that_does_not_hold_the_base_image_is_refused(site):
 def test_tag_is_stable_and_follows_every_input(site, tmp_path):
     base = tag_of(site)
     assert tag_of(site) == base
-    # an artifact's bytes (and so its manifest line)
-    rel = PINS["kunlun_stack_components"]["triton"]["artifact"]
-    (site.bundle / rel).write_bytes(b"another triton build\n")
-    write_manifest(site.bundle)
+    # an artifact's bytes (and so its manifest line): another build of the same triton
+    triton = PINS["kunlun_stack_components"]["triton"]
+    build_wheel(str(site.vendor / os.path.basename(site.files()["triton"])), "triton", triton["version"],
+                {"triton/__init__.py": b"# another triton build\n"}, "cp310-cp310-linux_x86_64")
+    site.rebuild()
     changed_artifact = tag_of(site)
     assert changed_artifact != base
-    # the base image archive
-    (site.bundle / PINS["kunlun_stack_base_image_archive"]).write_bytes(b"another base\n")
-    write_manifest(site.bundle)
+    # the base image archive: another save of the same image
+    base_archive(site.vendor / "vllm-kunlun-exp-base.tar", [PINS["kunlun_stack_base_image"]], extra=b"another base")
+    site.rebuild()
     changed_base = tag_of(site)
     assert changed_base not in (base, changed_artifact)
-    # a pin (an unvalidated but not known-bad one, allowed)
+    # a pin (an unvalidated but not known-bad one, allowed), with the vendor's file of it
     comps = copy.deepcopy(PINS["kunlun_stack_components"])
     comps["xspeedgate_ops"]["version"] = "0.0.1+torch25"
+    (site.vendor / os.path.basename(site.files()["xspeedgate_ops"])).unlink()
+    build_wheel(str(site.vendor / "xspeedgate_ops-0.0.1+torch25-cp310-cp310-linux_x86_64.whl"), "xspeedgate_ops",
+                "0.0.1+torch25", {"xspeedgate_ops/__init__.py": b""}, "cp310-cp310-linux_x86_64")
     site.vars.update(kunlun_stack_components=comps, kunlun_stack_allow_unvalidated=True)
+    site.rebuild()
     changed_pin = tag_of(site)
     assert changed_pin != changed_base
     # an extra CA certificate

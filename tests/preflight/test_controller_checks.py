@@ -5,11 +5,13 @@ reached: every failure here happens on the controller) and expects a message nam
 item and the fix.
 """
 
+import hashlib
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,7 +28,7 @@ def assert_refused_before_hosts(rc, out, *needles):
 def test_known_bad_pin_combination(inventory, run_preflight):
     inventory.update("group_vars/all/stack.yml", kunlun_stack_components={
         **inventory_components(), "vllm_kunlun": {"version": "0.25.1.dev0", "commit": "2fda97b",
-                                                  "artifact": "src/vllm-kunlun-0.25.1.dev0-2fda97b.tar.gz"}})
+                                                  "source": "vllm-kunlun"}})
     rc, out = run_preflight(inventory)
     assert_refused_before_hosts(rc, out, "known-bad combination", "2fda97b", "Fix:")
 
@@ -161,23 +163,45 @@ def test_missing_required_host_var(inventory, run_preflight):
     assert_refused_before_hosts(rc, out, "host p800-a03 (group xpu_servers) does not define storage_data_disks")
 
 
-def test_bundle_missing_file(inventory, run_preflight, tmp_path):
+DRIVER = "drivers/xre-Linux-x86_64-5.0.21.26.run"
+
+
+def driver_bundle(tmp_path, digest, installer=None, index=True):
+    """A bundle whose manifest lists the driver's installer with `digest`, and whose
+    bundle.yml maps the driver pin to it."""
     bundle = tmp_path / "bundle"
     (bundle / "drivers").mkdir(parents=True)
-    (bundle / "MANIFEST.sha256").write_text("%s  drivers/xre-Linux-x86_64-5.0.21.26.run\n" % ("0" * 64))
-    inventory.update("group_vars/all/stack.yml", kunlun_stack_bundle_dir=str(bundle))
+    if installer is not None:
+        (bundle / DRIVER).write_text(installer)
+    (bundle / "MANIFEST.sha256").write_text("%s  %s\n" % (digest, DRIVER))
+    if index:
+        (bundle / "bundle.yml").write_text(yaml.safe_dump({"format": 1, "artifacts": {"driver": {
+            "path": DRIVER, "installer": "xre", "version": "5.0.21.26", "sha256": digest}}}))
+    return bundle
+
+
+def test_bundle_missing_file(inventory, run_preflight, tmp_path):
+    inventory.update("group_vars/all/stack.yml", kunlun_stack_bundle_dir=str(driver_bundle(tmp_path, "0" * 64)))
     rc, out = run_preflight(inventory)
     assert_refused_before_hosts(rc, out, "drivers/xre-Linux-x86_64-5.0.21.26.run: listed in the manifest but missing")
 
 
 def test_bundle_checksum_mismatch(inventory, run_preflight, tmp_path):
-    bundle = tmp_path / "bundle"
-    (bundle / "drivers").mkdir(parents=True)
-    (bundle / "drivers/xre-Linux-x86_64-5.0.21.26.run").write_text("not the installer\n")
-    (bundle / "MANIFEST.sha256").write_text("%s  drivers/xre-Linux-x86_64-5.0.21.26.run\n" % ("1" * 64))
+    bundle = driver_bundle(tmp_path, "1" * 64, installer="not the installer\n")
     inventory.update("group_vars/all/stack.yml", kunlun_stack_bundle_dir=str(bundle))
     rc, out = run_preflight(inventory)
     assert_refused_before_hosts(rc, out, "drivers/xre-Linux-x86_64-5.0.21.26.run: checksum mismatch: sha256", "the manifest says 1111")
+
+
+def test_bundle_without_its_index_is_refused_with_the_fix(inventory, run_preflight, tmp_path):
+    """A bundle laid out by hand (no bundle.yml): nothing says which file is which pin."""
+    installer = "#!/bin/sh\n# XRE self-extracting installer, version 5.0.21.26\n"
+    digest = hashlib.sha256(installer.encode()).hexdigest()
+    bundle = driver_bundle(tmp_path, digest, installer=installer, index=False)
+    inventory.update("group_vars/all/stack.yml", kunlun_stack_bundle_dir=str(bundle))
+    rc, out = run_preflight(inventory)
+    assert_refused_before_hosts(rc, out, "bundle.yml: missing from %s" % bundle,
+                                "Fix: build the bundle again: kunlun-fleet bundle build %s --vendor VDIR" % bundle)
 
 
 def test_ansible_version_range(inventory, run_preflight):

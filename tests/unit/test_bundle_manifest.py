@@ -68,3 +68,35 @@ def test_only_required_verifies_the_stage_s_files_and_returns_their_sums(tmp_pat
     assert [p for p, _, _ in check_bundle(str(tmp_path), ["drivers/x.run"])] == ["wheels/a.whl"]
     (tmp_path / "drivers/x.run").write_bytes(b"installer, changed")
     assert [p for p, _, _ in check_bundle(str(tmp_path), ["drivers/x.run"], only_required=True)] == ["drivers/x.run"]
+
+
+def test_the_cache_remembers_what_a_file_says_with_its_digest(tmp_path):
+    """metadata() reads a file once per (size, mtime), a reader's refusal included; a changed
+    file is read again; the entries of files gone are dropped when the cache is saved."""
+    from ansible.module_utils.bundle_manifest import SumCache
+
+    path, cache_file = tmp_path / "a.whl", str(tmp_path / "cache.json")
+    path.write_bytes(b"one")
+    reads = []
+
+    def reader(p):
+        reads.append(p)
+        if open(p, "rb").read() == b"bad":
+            raise ValueError("not a wheel")
+        return {"version": "1"}
+
+    cache = SumCache(cache_file)
+    assert cache.metadata(str(path), "wheel", reader) == {"version": "1"}
+    cache.digest(str(path))
+    cache.save()
+    again = SumCache(cache_file)
+    assert again.metadata(str(path), "wheel", reader) == {"version": "1"} and len(reads) == 1
+    path.write_bytes(b"bad")
+    assert again.metadata(str(path), "wheel", reader) == {"error": "not a wheel"}
+    assert again.metadata(str(path), "wheel", reader) == {"error": "not a wheel"} and len(reads) == 2
+    gone = tmp_path / "gone.bin"
+    gone.write_bytes(b"x")
+    again.digest(str(gone))
+    gone.unlink()
+    again.save()
+    assert list(SumCache(cache_file).entries) == [str(path)]
