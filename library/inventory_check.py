@@ -125,7 +125,9 @@ def check(params):
         for host in groups.get(group) or []:
             for name in names:
                 value = (hosts.get(host) or {}).get(name)
-                if value in (None, "", [], {}):
+                # An explicit empty list is a choice (storage_data_disks: [] adopts the
+                # volume mounted at /home); only a missing or blank value is not.
+                if value is None or value == "":
                     problems.append("host %s (group %s) does not define %s: set it in host_vars/%s.yml"
                                     % (host, group, name, host))
 

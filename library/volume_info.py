@@ -16,7 +16,11 @@ description:
     mount options; the top one when several are stacked), whether the volume group and the
     logical volume I(lv) exist, the logical volume's filesystem UUID, type and size, and for a
     mounted XFS its C(ftype) (overlay2 needs 1).
-  - Reads with findmnt, blkid -p (the device itself, not the blkid cache), vgs, lvs and xfs_info.
+  - Finds which LVM logical volume, of any volume group, is mounted at I(mount_point) (matched by
+    device number, so C(/dev/mapper/...), C(/dev/VG/LV) and C(/dev/dm-N) sources all match), with
+    its volume group's size, free space and physical volumes: the volume the storage stage adopts.
+  - Reads the I(fstab) line of the mount point and how it names the device (UUID, LABEL, path).
+  - Reads with findmnt, blkid -p (the device itself, not the blkid cache), vgs, lvs, pvs and xfs_info.
   - Read-only; safe in check mode.
 options:
   mount_point:
@@ -27,6 +31,10 @@ options:
     description: The logical volume as C(<vg>/<lv>).
     type: str
     required: true
+  fstab:
+    description: The fstab file whose line for I(mount_point) is reported.
+    type: path
+    default: /etc/fstab
 author:
   - kunlun-fleet contributors
 """
@@ -57,6 +65,22 @@ xfs_ftype:
   description: The C(ftype) of the XFS mounted at the mount point, or null (not mounted, not XFS).
   returned: always
   type: int
+mounted_lv:
+  description:
+    - The logical volume mounted at the mount point, whatever its names; empty when the mount point
+      is not mounted from a logical volume. Sizes in bytes; C(pvs) the volume group's physical volumes.
+  returned: always
+  type: dict
+  sample: {vg: vg0, lv: lv_home, path: /dev/vg0/lv_home, size_bytes: 15393162788864,
+           vg_size_bytes: 15393162788864, vg_free_bytes: 0, pvs: [/dev/sdb]}
+fstab:
+  description:
+    - The fstab line of the mount point (C(spec), C(fstype), C(options), C(line)) and how it names the
+      device (C(by) is C(uuid), C(label), C(path) or C(other)); empty when fstab has no line for it.
+  returned: always
+  type: dict
+  sample: {spec: /dev/mapper/vg0-lv_home, fstype: xfs, options: defaults, dump: "0", passno: "2", by: path,
+           line: /dev/mapper/vg0-lv_home /home xfs defaults 0 2}
 """
 
 import json
@@ -86,7 +110,7 @@ def parse_findmnt_json(text):
         return {}
     top = systems[-1]
     return {"source": top.get("source") or "", "fstype": top.get("fstype") or "",
-            "options": top.get("options") or ""}
+            "options": top.get("options") or "", "devno": top.get("maj:min") or ""}
 
 
 def parse_xfs_ftype(text):
@@ -94,19 +118,74 @@ def parse_xfs_ftype(text):
     return int(match.group(1)) if match else None
 
 
+def parse_lvs_rows(text):
+    """[{vg, lv, path, size_bytes, vg_size_bytes, vg_free_bytes}] from `lvs --separator '|'`."""
+    rows = []
+    for line in text.splitlines():
+        fields = [f.strip() for f in line.split("|")]
+        if len(fields) != 6 or not fields[0]:
+            continue
+        vg, lv, path, size, vg_size, vg_free = fields
+        try:
+            rows.append({"vg": vg, "lv": lv, "path": path or "/dev/%s/%s" % (vg, lv),
+                         "size_bytes": int(float(size)), "vg_size_bytes": int(float(vg_size)),
+                         "vg_free_bytes": int(float(vg_free))})
+        except ValueError:
+            continue
+    return rows
+
+
+def unescape_fstab(field):
+    """fstab's octal escapes (\\040 for a space)."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def parse_fstab(text, mount_point):
+    """The last fstab line mounting at mount_point (mount -a takes them in order), or {}."""
+    found = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 3 or fields[0].startswith("#"):
+            continue
+        if unescape_fstab(fields[1]).rstrip("/") != mount_point.rstrip("/"):
+            continue
+        spec = fields[0].replace('"', "")
+        if spec.upper().startswith("UUID="):
+            by = "uuid"
+        elif spec.upper().startswith("LABEL="):
+            by = "label"
+        elif spec.startswith("/dev/"):
+            by = "path"
+        else:
+            by = "other"
+        found = {"spec": spec, "fstype": fields[2], "options": fields[3] if len(fields) > 3 else "defaults",
+                 "dump": fields[4] if len(fields) > 4 else "0", "passno": fields[5] if len(fields) > 5 else "0",
+                 "by": by, "line": " ".join(fields)}
+    return found
+
+
+def same_device(path, devno):
+    """Whether the block device at path is the device devno ("MAJ:MIN")."""
+    try:
+        rdev = os.stat(path).st_rdev
+    except OSError:
+        return False
+    return "%d:%d" % (os.major(rdev), os.minor(rdev)) == devno
+
+
 def parse_lvs_size(text):
     value = text.strip().split()
     return int(float(value[0])) if value else 0
 
 
-def read(module, mount_point, lv):
+def read(module, mount_point, lv, fstab="/etc/fstab"):
     def run(argv):
         return module.run_command(argv, environ_update={"LC_ALL": "C"})
 
     vg_name, _, lv_name = lv.partition("/")
     lv_path = "/dev/%s/%s" % (vg_name, lv_name)
 
-    rc, out, err = run(["findmnt", "-J", "--output", "SOURCE,FSTYPE,OPTIONS", "--mountpoint", mount_point])
+    rc, out, err = run(["findmnt", "-J", "--output", "SOURCE,FSTYPE,OPTIONS,MAJ:MIN", "--mountpoint", mount_point])
     if rc not in (0, 1):
         module.fail_json(msg="findmnt %s failed: %s" % (mount_point, err.strip()))
     mount = parse_findmnt_json(out) if rc == 0 else {}
@@ -134,7 +213,39 @@ def read(module, mount_point, lv):
     if mount.get("fstype") == "xfs":
         rc, out, _ = run(["xfs_info", mount_point])
         ftype = parse_xfs_ftype(out) if rc == 0 else None
-    return {"mount": mount, "vg_exists": vg_exists, "lv": lv_info, "xfs_ftype": ftype}
+    return {"mount": mount, "vg_exists": vg_exists, "lv": lv_info, "xfs_ftype": ftype,
+            "mounted_lv": mounted_lv(module, run, mount), "fstab": read_fstab(module, fstab, mount_point)}
+
+
+def mounted_lv(module, run, mount):
+    """The logical volume (any volume group) whose device is mounted, or {}."""
+    if not mount:
+        return {}
+    rc, out, err = run(["lvs", "--noheadings", "--nosuffix", "--units", "b", "--separator", "|",
+                        "--options", "vg_name,lv_name,lv_path,lv_size,vg_size,vg_free"])
+    if rc != 0:
+        # No LVM tools or no volume group: nothing mounted can be a logical volume.
+        return {}
+    source = os.path.realpath(mount["source"]) if mount["source"].startswith("/") else ""
+    for row in parse_lvs_rows(out):
+        if (mount.get("devno") and same_device(row["path"], mount["devno"])) or \
+                (source and os.path.exists(row["path"]) and os.path.realpath(row["path"]) == source):
+            rc, out, err = run(["pvs", "--noheadings", "--options", "pv_name", "--select", "vg_name=" + row["vg"]])
+            if rc != 0:
+                module.fail_json(msg="pvs (volume group %s) failed: %s" % (row["vg"], err.strip()))
+            row["pvs"] = sorted(l.strip() for l in out.splitlines() if l.strip())
+            return row
+    return {}
+
+
+def read_fstab(module, path, mount_point):
+    try:
+        with open(path) as fh:
+            return parse_fstab(fh.read(), mount_point)
+    except (IOError, OSError) as exc:
+        if getattr(exc, "errno", None) == 2:
+            return {}
+        module.fail_json(msg="cannot read %s: %s" % (path, exc))
 
 
 def main():
@@ -142,13 +253,14 @@ def main():
         argument_spec=dict(
             mount_point=dict(type="path", required=True),
             lv=dict(type="str", required=True),
+            fstab=dict(type="path", default="/etc/fstab"),
         ),
         supports_check_mode=True,
     )
     lv = module.params["lv"]
     if not re.match(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*/[A-Za-z0-9_][A-Za-z0-9_.+-]*$", lv):
         module.fail_json(msg="lv %r is not <volume group>/<logical volume>" % lv)
-    module.exit_json(changed=False, **read(module, module.params["mount_point"], lv))
+    module.exit_json(changed=False, **read(module, module.params["mount_point"], lv, module.params["fstab"]))
 
 
 if __name__ == "__main__":

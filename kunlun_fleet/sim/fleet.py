@@ -43,6 +43,9 @@ KNOWN_FAULTS = {
     "no_kernel_headers": "kit: /usr/src/linux-headers-$(uname -r) and /lib/modules/*/build removed",
     "disk_has_fs": "machine: the data disk already holds an ext4 filesystem (label olddata)",
     "home_content": "kit: /home seeded with users' files (sparse file, hardlinks, odd names, ACL)",
+    "home_lvm": "kit: /home is an existing LVM volume (vg0/lv_home on the data disk, fstab by /dev/mapper path) "
+                "holding users' files: xfs, ext4, or xfs_ftype0 (XFS that overlay2 cannot use)",
+    "home_lvm_free": "kit: percent of vg0 home_lvm leaves free (room to grow), e.g. 20",
     "docker_content": "kit: /var/lib/docker seeded with a named volume holding data",
     "password_only": "machine: a server before first contact: root logs in with the password SIM_ROOT_PASSWORD "
                      "(sshd allows it), the controller's key is not in root's authorized_keys",
@@ -450,8 +453,16 @@ STATIC_VARS = """---
 # (this machine's extra CA certificates, as ca_trust_certificates).
 
 # The offline bundle on the controller: the sim artifacts (stand-in XRE installer,
-# wheels, base image, model files) are built there.
+# wheels, base image, model files) are built there, through `kunlun-fleet bundle build`.
 kunlun_stack_bundle_dir: %s
+
+# The package index's sha256 of its files, without vllm's: the sim bundle's vllm is a
+# stand-in wheel (kunlun_fleet/sim/artifacts/vllm_src) under the index's name and version,
+# so it cannot have the index's digest. transformers and vllm-router are the index's own
+# files and keep theirs.
+kunlun_stack_index_sha256:
+  transformers: 9ecaf243dc45bee11a7d93f8caf03746accc0cb069181bbf4ad8566c53e854b4
+  gateway_router: 85c96bea4d573a49b5a8ae4c72ee3dfe733aba26b6f1ff1256e6142f1f42694d
 
 # The gateway's router (vllm-router) and its dependencies come from the bundle's
 # wheelhouse/ (sim-up downloads them into it), as on an offline site.
@@ -461,9 +472,15 @@ gateway_install_from: bundle
 
 def write_inventory(indexes, keys, inventory=INVENTORY_DIR):
     """hosts.yml, host_vars/<host>.yml, known_hosts and group_vars/all/connection.yml
-    (and the static group_vars/all/sim.yml when a checkout or another fleet lacks it)."""
+    (and the static group_vars/all/sim.yml: kept in the repository's inventory, where it is
+    committed; copied from it every time into another fleet's, which would otherwise keep
+    the settings of the sim-up that first made it)."""
     static = os.path.join(inventory, "group_vars", "all", "sim.yml")
-    if not os.path.exists(static):
+    committed = os.path.join(INVENTORY_DIR, "group_vars", "all", "sim.yml")
+    if os.path.realpath(inventory) != os.path.realpath(INVENTORY_DIR) and os.path.exists(committed):
+        with open(committed) as fh:
+            _atomic_write(static, fh.read())
+    elif not os.path.exists(static):
         _atomic_write(static, STATIC_VARS)
     indexes = sorted(indexes)
     count = len(indexes)

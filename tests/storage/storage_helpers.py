@@ -86,6 +86,23 @@ def stage(name, *args, check=False, env=None):
     return proc, recap(proc.stdout).get(NAME, {})
 
 
+def refused_run(playbook, words, *args):
+    """The stage refuses: rc != 0, failed, nothing changed (recap and snapshot), every word
+    in the output, "nothing was changed" among them; returns the output."""
+    before = snapshot()
+    proc, rec = stage(playbook, *args)
+    after = snapshot()
+    assert proc.returncode != 0 and rec.get("failed") == 1, proc.stdout[-3000:]
+    assert rec.get("changed") == 0, "a refused run reported changes: %s\n%s" % (rec, proc.stdout[-3000:])
+    msg = proc.stdout
+    missing = [w for w in words if w not in msg]
+    assert not missing, "the message lacks %s:\n%s" % (missing, msg[-3000:])
+    assert "nothing was changed" in msg, msg[-3000:]
+    assert after == before, "the host changed:\n%s" % "\n".join(
+        sorted(set(before.splitlines()) ^ set(after.splitlines())))
+    return msg
+
+
 def stage_cmd(name, *args):
     return [os.path.join(VENV_BIN, "ansible-playbook"), "-i", INVENTORY,
             os.path.join(REPO, "playbooks", name), "--limit", NAME] + list(args)

@@ -11,24 +11,9 @@ import subprocess
 
 import pytest
 
-from storage_helpers import sh, snapshot, stage, upload_tool, wait_seeded
+from storage_helpers import refused_run as refused, sh, stage, upload_tool, wait_seeded
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
-
-
-def refused(playbook, words, *args):
-    before = snapshot()
-    proc, rec = stage(playbook, *args)
-    after = snapshot()
-    assert proc.returncode != 0 and rec.get("failed") == 1, proc.stdout[-3000:]
-    assert rec.get("changed") == 0, "a refused run reported changes: %s\n%s" % (rec, proc.stdout[-3000:])
-    msg = proc.stdout
-    missing = [w for w in words if w not in msg]
-    assert not missing, "the message lacks %s:\n%s" % (missing, msg[-3000:])
-    assert "nothing was changed" in msg, msg[-3000:]
-    assert after == before, "the host changed:\n%s" % "\n".join(
-        sorted(set(before.splitlines()) ^ set(after.splitlines())))
-    return msg
 
 
 @pytest.fixture

@@ -72,8 +72,8 @@ def test_check_diff_changes_nothing_and_predicts_the_real_run(fresh_host):
     unannounced = made - predicted - set(UNPREDICTABLE)
     assert not unannounced, "the real run changed tasks check mode did not announce: %s" % sorted(unannounced)
     # the carry-overs, the volume and the engine's configuration are among them
-    for task in ("storage : Storage | Carry the content of the mount point onto the volume, verify, then mount it there",
-                 "storage : Storage | Volume group on the data disks (PVs are only ever added)",
+    for task in ("storage : Build | Carry the content of the mount point onto the volume, verify, then mount it there",
+                 "storage : Build | Volume group on the data disks (PVs are only ever added)",
                  "engine : Engine | Copy the old data-root to the new one and verify it (the old one is kept)",
                  "engine : Engine | daemon.json with the project's keys merged in (the operator's keys kept)"):
         assert task in predicted and task in made, task

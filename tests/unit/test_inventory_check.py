@@ -41,6 +41,9 @@ def test_required_host_var():
     p["hosts"]["b"] = {"ansible_host": "10.0.0.2"}
     problems, _ = inventory_check.check(p)
     assert problems == ["host b (group xpu_servers) does not define storage_data_disks: set it in host_vars/b.yml"]
+    # An explicit empty list is a value (the storage stage then adopts the mounted volume).
+    p["hosts"]["b"]["storage_data_disks"] = []
+    assert inventory_check.check(p)[0] == []
 
 
 def test_duplicate_address_including_implicit_name():
