@@ -75,8 +75,10 @@ PHASES = [
         # copy of the inventory, and a bootstrap of kf-node-3 reset password-only (reset
         # to a plain host after; the e2e starts from bare hosts anyway).
         Suite("sim-kit", "fleet", ["tests/sim/test_fleet.py", "tests/sim/test_first_contact.py"]),
-        # From bare hosts through every stage, then the operator's checks; it leaves the
-        # three hosts converged and serving, which the suites after it reuse.
+        # Bare hosts (kf-node-3 as servers are delivered: /home an ext4 LVM volume with
+        # users' files): check mode first (runs to the end, changes nothing, predicts the
+        # real run stage by stage), then every stage for real, then the operator's checks;
+        # it leaves the three hosts converged and serving, which the suites after it reuse.
         Suite("e2e", "fleet", ["tests/e2e"], timeout=2700),
         # The bench on the served fleet the e2e leaves: a short sweep through the gateway
         # and per host, the report files, client and server counts within 3%.
@@ -105,7 +107,8 @@ PHASES = [
         # The LVM kit below the product (lvg/lvol/filesystem/mount, lvextend, faults, lvs
         # reports): every test resets kf-node-1, so it goes last in the lane.
         Suite("sim-kit-lvm", "kf-node-1", ["tests/sim/test_kit_lvm.py"]),
-        # kf-node-2: storage and its fault suites, then model and ca_trust (fresh hosts).
+        # kf-node-2: storage and its fault suites (bad input, carry-over under SIGKILL, check
+        # mode, a delivered /home adopted or refused), then model and ca_trust (fresh hosts).
         Suite("molecule-storage", "kf-node-2", [scenario("storage")]),
         Suite("storage-faults", "kf-node-2", ["tests/storage"], timeout=2400),
         Suite("molecule-model", "kf-node-2", [scenario("model")]),

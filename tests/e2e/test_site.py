@@ -36,11 +36,67 @@ def keep(name, text):
     (ROOT / "reports" / name).write_text(text)
 
 
+# What a run may change on a host, in one text per host: every file and directory of the
+# root filesystem and /home (type, mode, owner, size, mtime), the mounts, the logical
+# volumes, the systemd units and their states. Left out: what the run's own machinery
+# writes (Ansible's temporary files, logs, systemd's and apt's caches) and the package
+# lists, which check mode refreshes on purpose to tell which packages it would install.
+HOST_SNAPSHOT = r"""
+find / -xdev \( -path /proc -o -path /sys -o -path /run -o -path /dev -o -path /tmp -o -path /var/tmp \
+  -o -path /var/log -o -path /root/.ansible -o -path /var/lib/systemd -o -path /var/cache \
+  -o -path /var/lib/apt/lists \) -prune -o -path /root -prune -o -printf '%y %m %u %s %T@ %p\n' | LC_ALL=C sort
+find /home -xdev -printf '%y %m %u %s %T@ %p\n' | LC_ALL=C sort
+findmnt -rn -o TARGET,SOURCE,FSTYPE,OPTIONS | LC_ALL=C sort
+lvs --noheadings -o vg_name,lv_name,lv_size 2>&1
+systemctl list-units --all --no-legend --plain | awk '{print $1, $3, $4}' | LC_ALL=C sort
+"""
+# The users' files kf-node-3 starts with (the kit's seed manifest), and the same list of
+# /home now, without the deployment's own directories.
+HOME_SEEDED = "cat /var/lib/kunlun-kit/home.manifest"
+HOME_NOW = "/usr/local/lib/kunlun-kit/apply-faults manifest /home --skip newdata --skip docker"
+
+
+def host_snapshots():
+    return {host: ssh(int(host.rsplit("-", 1)[1]), HOST_SNAPSHOT).stdout for host in HOSTS}
+
+
+def changed_by_stage(out):
+    """{(stage, host): {task, ...}} of the tasks and handlers a run reports changed, the
+    stage being the play's name up to " | " (site.yml's plays are named by stage)."""
+    found, stage, task = {}, None, None
+    for line in out.splitlines():
+        m = re.match(r"^PLAY \[([^|\]]+)", line)
+        if m:
+            stage = m.group(1).strip()
+            continue
+        m = re.match(r"^(?:TASK|RUNNING HANDLER) \[(.+?)\] \*", line)
+        if m:
+            task = m.group(1)
+            continue
+        m = re.match(r"^changed: \[([\w.-]+)", line)
+        if m and stage and task:
+            found.setdefault((stage, m.group(1)), set()).add(task)
+    return found
+
+
 @pytest.fixture(scope="module")
-def first_run(sim_fleet):
-    """From bare hosts: reset all three, then the README's demo command."""
-    for host in ("kf-node-1", "kf-node-2", "kf-node-3"):
+def bare_check(sim_fleet):
+    """Bare hosts: all three reset, kf-node-3 as servers are delivered (/home an ext4 LVM
+    volume of its own names, mounted by /dev/mapper path, holding users' files). Then the
+    operator's first command on new servers, `site.yml --check --diff`, with every host's
+    snapshot before and after it."""
+    for host in ("kf-node-1", "kf-node-2"):
         sim("sim-reset", host)
+    sim("sim-reset", "kf-node-3", "--fault", "home_lvm=ext4")
+    before = host_snapshots()
+    rc, out = run_site("--check", "--diff")
+    keep("e2e-check-from-bare.log", out)
+    return {"rc": rc, "out": out, "before": before, "after": host_snapshots()}
+
+
+@pytest.fixture(scope="module")
+def first_run(bare_check):
+    """From bare hosts (after check mode looked at them): the README's demo command."""
     proc = subprocess.run([str(ROOT / ".venv/bin/kunlun-fleet"), "demo"], cwd=ROOT, text=True,
                           capture_output=True, timeout=3600, env=dict(os.environ, ANSIBLE_FORCE_COLOR="0"))
     out = proc.stdout + proc.stderr
@@ -54,6 +110,65 @@ def test_first_run_reaches_every_host(first_run):
     hosts = recap(first_run)
     assert {"kf-node-1", "kf-node-2", "kf-node-3"} <= set(hosts), hosts
     assert all(h["failed"] == 0 and h["unreachable"] == 0 for h in hosts.values()), hosts
+
+
+def test_check_mode_from_bare_hosts_runs_through_and_changes_nothing(bare_check):
+    assert bare_check["rc"] == 0, bare_check["out"][-6000:]
+    hosts = recap(bare_check["out"])
+    assert all(h["failed"] == 0 and h["unreachable"] == 0 for h in hosts.values()), hosts
+    for host in HOSTS:
+        before, after = bare_check["before"][host].splitlines(), bare_check["after"][host].splitlines()
+        diff = sorted(set(before) ^ set(after))
+        assert not diff, "check mode changed %s:\n%s" % (host, "\n".join(diff[:30]))
+    # Where a step depends on one check mode cannot make (no Docker yet), it says so in a
+    # line and the run goes on to the end.
+    out = " ".join(bare_check["out"].split())
+    assert re.search(r"would build kunlun-serving:[0-9a-f]{16} .*cannot be predicted further.*Docker is not installed yet", out)
+    assert "PLAY [Acceptance" in bare_check["out"]
+
+
+def test_check_mode_from_bare_hosts_predicts_the_first_run(bare_check, first_run):
+    """Stage by stage and host by host, check mode announced as many changes as the real run
+    made, except in the stages where it said, in a line, that it could not predict further
+    (the installer's effects, the image without an engine, the rollout's gate, acceptance):
+    there the real run made changes too."""
+    predicted, made = changed_by_stage(bare_check["out"]), changed_by_stage(first_run)
+    unpredictable = set()
+    stage = host = None
+    for line in bare_check["out"].splitlines():
+        m = re.match(r"^PLAY \[([^|\]]+)", line)
+        stage = m.group(1).strip() if m else stage
+        m = re.match(r"^(?:changed|ok): \[([\w.-]+)\]", line)
+        if m:
+            host = m.group(1)
+        if "cannot be predicted" in line:
+            unpredictable.add((stage, host))
+    assert {s for s, _ in unpredictable} >= {"Image", "Driver", "Serve"}, sorted(unpredictable)
+    problems = []
+    for key in sorted(set(predicted) | set(made)):
+        p, m = predicted.get(key, set()), made.get(key, set())
+        if key in unpredictable:
+            # The line said what a real run would do there: it did something.
+            if not m:
+                problems.append("%s on %s: check mode said it could not predict a change the real run did not make"
+                                % key)
+        elif len(p) != len(m):
+            problems.append("%s on %s: check mode %d, real run %d; only in check: %s; only in real: %s"
+                            % (key[0], key[1], len(p), len(m), sorted(p - m), sorted(m - p)))
+    print("predicted per stage/host: %s" % {"%s/%s" % k: len(v) for k, v in sorted(predicted.items())})
+    print("made per stage/host:      %s" % {"%s/%s" % k: len(v) for k, v in sorted(made.items())})
+    assert not problems, "\n".join(problems)
+
+
+def test_delivered_ext4_home_adopted_with_the_users_data(first_run):
+    """kf-node-3's /home went through every stage as it was delivered: still its own ext4
+    volume (vg0/lv_home, never rebuilt), Docker's data-root on it, the users' files byte for
+    byte."""
+    assert ssh(3, "findmnt -n -o FSTYPE --mountpoint /home").stdout.strip() == "ext4"
+    assert ssh(3, "lvs --noheadings -o lv_name vg0/lv_home").stdout.strip() == "lv_home"
+    assert ssh(3, "vgs --noheadings -o vg_name data", check=False).returncode != 0
+    assert ssh(3, "docker info --format '{{.DockerRootDir}} {{.Driver}}'").stdout.split() == ["/home/docker", "overlay2"]
+    assert ssh(3, HOME_NOW).stdout == ssh(3, HOME_SEEDED).stdout
 
 
 def test_image_built_once_and_pulled_by_the_two_others(first_run):
