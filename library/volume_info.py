@@ -193,12 +193,15 @@ def read(module, mount_point, lv, fstab="/etc/fstab"):
         rc, out, _ = run(["blkid", "-p", "-o", "value", "-s", "UUID", mount["source"]])
         mount["uuid"] = out.strip() if rc == 0 else ""
 
-    rc, _, _ = run(["vgs", "--noheadings", "--options", "vg_name", vg_name])
+    # A host without the LVM tools (a bare server before the storage stage installs them;
+    # preflight reads it too) has no volume group.
+    lvm = module.get_bin_path("vgs") is not None
+    rc = run(["vgs", "--noheadings", "--options", "vg_name", vg_name])[0] if lvm else 1
     vg_exists = rc == 0
 
     # The volume exists for use when its device node does (an LV in the metadata but not
     # activated cannot be mounted).
-    lv_info = {"path": lv_path, "exists": os.path.exists(lv_path), "uuid": "", "fstype": "", "size_bytes": 0}
+    lv_info = {"path": lv_path, "exists": lvm and os.path.exists(lv_path), "uuid": "", "fstype": "", "size_bytes": 0}
     if lv_info["exists"]:
         rc, out, _ = run(["lvs", "--noheadings", "--nosuffix", "--units", "b", "--options", "lv_size", lv])
         lv_info["size_bytes"] = parse_lvs_size(out) if rc == 0 else 0
@@ -210,11 +213,12 @@ def read(module, mount_point, lv, fstab="/etc/fstab"):
         lv_info.update(uuid=found.get("UUID", ""), fstype=found.get("TYPE", ""))
 
     ftype = None
-    if mount.get("fstype") == "xfs":
+    if mount.get("fstype") == "xfs" and module.get_bin_path("xfs_info"):
         rc, out, _ = run(["xfs_info", mount_point])
         ftype = parse_xfs_ftype(out) if rc == 0 else None
     return {"mount": mount, "vg_exists": vg_exists, "lv": lv_info, "xfs_ftype": ftype,
-            "mounted_lv": mounted_lv(module, run, mount), "fstab": read_fstab(module, fstab, mount_point)}
+            "mounted_lv": mounted_lv(module, run, mount) if lvm else {},
+            "fstab": read_fstab(module, fstab, mount_point)}
 
 
 def mounted_lv(module, run, mount):

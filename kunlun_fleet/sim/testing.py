@@ -2,7 +2,7 @@
 
 Fixtures: ``sim_fleet`` (ONE 3-host fleet per session: `sim-up 3` once, kept after the
 session unless KF_SIM_TEARDOWN=1) and ``fresh_host`` (reset a host, optionally with fault
-switches, and reset it again after the test). Load them everywhere with
+switches; the session resets it again when it ends). Load them everywhere with
 ``pytest_plugins = ["kunlun_fleet.sim.testing"]`` in the top-level tests/conftest.py.
 Helpers reach hosts the way the product does: ansible / ssh with checked host keys."""
 
@@ -103,20 +103,29 @@ def sim_fleet():
         sim("sim-down")
 
 
+@pytest.fixture(scope="session")
+def _hosts_to_reset(sim_fleet):
+    """The hosts fresh_host handed out in this session, reset once when it ends so the next
+    session finds them fresh. Not after each test: every fresh_host call resets its host
+    first anyway, so a reset between two tests of the same host was done twice (about 15 s
+    each, five or more times per fault suite)."""
+    used = set()
+    yield used
+    for index in sorted(used):
+        sim("sim-reset", str(index), check=False)
+
+
 @pytest.fixture
-def fresh_host(sim_fleet):
-    """Factory: reset a host (fresh container and disk, optional faults) for a test, and
-    reset it again afterwards so the next user finds it fresh."""
-    used = []
+def fresh_host(_hosts_to_reset):
+    """Factory: reset a host (fresh container and disk, optional faults) for a test. The
+    session resets it again at its end (_hosts_to_reset)."""
 
     def make(index, *faults):
         args = ["sim-reset", str(index)]
         for fault in faults:
             args += ["--fault", fault]
         sim(*args)
-        used.append(index)
+        _hosts_to_reset.add(index)
         return index
 
     yield make
-    for index in used:
-        sim("sim-reset", str(index), check=False)

@@ -55,6 +55,10 @@ class FakeModule:
     def fail_json(self, **kw):
         raise AssertionError(kw["msg"])
 
+    def get_bin_path(self, name):
+        # The LVM and XFS tools are installed unless a test says otherwise.
+        return None if name in getattr(self, "missing", ()) else "/usr/sbin/" + name
+
 
 def test_nothing_mounted_no_volume_group(tmp_path):
     module = FakeModule({})
@@ -66,6 +70,17 @@ def test_nothing_mounted_no_volume_group(tmp_path):
 LVS_ALL = ("lvs", "--noheadings", "--nosuffix", "--units", "b", "--separator", "|",
            "--options", "vg_name,lv_name,lv_path,lv_size,vg_size,vg_free")
 FINDMNT = ("findmnt", "-J", "--output", "SOURCE,FSTYPE,OPTIONS,MAJ:MIN", "--mountpoint", "/home")
+
+
+def test_no_lvm_tools_no_volume_group(tmp_path):
+    """A bare host before the storage stage installs lvm2 (preflight reads it too)."""
+    mnt = json.dumps({"filesystems": [{"source": "/dev/sdb1", "fstype": "xfs", "options": "rw", "maj:min": "8:17"}]})
+    module = FakeModule({FINDMNT: (0, mnt, "")})
+    module.missing = ("vgs", "lvs", "pvs", "xfs_info")
+    found = volume_info.read(module, "/home", "data/home", str(tmp_path / "none"))
+    assert not found["vg_exists"] and not found["lv"]["exists"] and found["mounted_lv"] == {}
+    assert found["xfs_ftype"] is None and found["mount"]["source"] == "/dev/sdb1"
+    assert not any(argv[0] in module.missing for argv in module.calls), module.calls
 
 
 def test_mounted_xfs_with_ftype(monkeypatch, tmp_path):
