@@ -48,7 +48,13 @@ COLUMNS = ("host", "reachable", "OS", "/home", "driver", "devices", "power", "im
 def new_state():
     """What the events of a status run said: host_status results, unreachable and failed
     hosts, and the gateways' task results (None: the task did not run; []: no gateway)."""
-    return {"results": {}, "unreachable": {}, "failed": {}, "lists": None, "units": None, "outputs": {}}
+    return {"results": {}, "unreachable": {}, "failed": {}, "lists": None, "units": None, "alerts": None,
+            "outputs": {}}
+
+
+# The playbook's task that reads the alerts of Prometheus on each monitoring host (its
+# other uri task reads the gateways' worker lists).
+ALERTS_TASK = "Status | The alerts firing now"
 
 
 def _action(data, name):
@@ -96,6 +102,8 @@ def collect(state, event):
         return
     for action, key in (("uri", "lists"), ("slurp", "units")):
         if _action(data, action):
+            if action == "uri" and (data.get("task") or "").startswith(ALERTS_TASK):
+                key = "alerts"
             if kind == "runner_on_skipped" and not (res or {}).get("results"):
                 state[key] = []  # an empty loop: the inventory has no gateway
             elif kind in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable") and isinstance(res, dict):
@@ -192,6 +200,39 @@ def gateway_state(worker_url, gateways):
     if not worker_url:
         parts.append("no worker URL for this host")
     return {"state": state, "detail": "; ".join(parts), "per_gateway": per}
+
+
+# ---------------------------------------------------------------- the alerts
+def alerts_view(results):
+    """{monitors: {host: error ("" when Prometheus answered)}, firing: [...], pending: n}
+    from the alerts task's results; None when the task did not run."""
+    if results is None:
+        return None
+    view = {"monitors": {}, "firing": [], "pending": 0}
+    for item in results:
+        monitor = item.get("status_monitor") or item.get("item")
+        if not monitor:
+            continue
+        doc = item.get("json") if isinstance(item.get("json"), dict) else {}
+        if item.get("unreachable"):
+            view["monitors"][monitor] = "unreachable: %s" % _message(item)
+            continue
+        if item.get("status") != 200 or doc.get("status") != "success":
+            view["monitors"][monitor] = "not answering (%s)" % (
+                "HTTP %s" % item.get("status") if item.get("status", -1) > 0 else _message(item))
+            continue
+        view["monitors"][monitor] = ""
+        for alert in (doc.get("data") or {}).get("alerts") or []:
+            labels, notes = alert.get("labels") or {}, alert.get("annotations") or {}
+            if alert.get("state") != "firing":
+                view["pending"] += 1
+                continue
+            view["firing"].append({"alert": labels.get("alertname", "?"), "severity": labels.get("severity", ""),
+                                   "host": labels.get("host", ""), "device": labels.get("device", ""),
+                                   "summary": notes.get("summary", ""), "since": alert.get("activeAt", ""),
+                                   "monitor": monitor})
+    view["firing"].sort(key=lambda a: (a["severity"] != "critical", a["alert"], _natural(a["host"]), a["device"]))
+    return view
 
 
 # ---------------------------------------------------------------- the acceptance figure
@@ -335,7 +376,8 @@ def document(state, acceptance=None):
     names = set(state["results"]) | set(state["unreachable"]) | set(state["failed"])
     rows = [build_row(h, state, gateways, acceptance) for h in sorted(names, key=_natural)]
     doc = {"hosts": rows, "healthy": bool(rows) and all(r["healthy"] for r in rows),
-           "gateways": gateways, "acceptance_file": (acceptance or {}).get("file")}
+           "gateways": gateways, "alerts": alerts_view(state.get("alerts")),
+           "acceptance_file": (acceptance or {}).get("file")}
     doc["exit_code"] = exit_code(rows)
     return doc
 
@@ -432,6 +474,19 @@ def render_table(doc):
                                              else g["error"]))
     elif gateways is None and hosts:
         lines.append("gateways: not read (no host answered)")
+    alerts = doc.get("alerts")
+    if alerts and alerts["monitors"]:
+        answered = sorted(m for m, e in alerts["monitors"].items() if not e)
+        for monitor, error in sorted(alerts["monitors"].items()):
+            if error:
+                lines.append("monitoring %s: %s" % (monitor, error))
+        if answered:
+            lines.append("alerts firing: %s (Prometheus on %s)%s" % (
+                len(alerts["firing"]) or "none", ", ".join(answered),
+                "; %d pending" % alerts["pending"] if alerts["pending"] else ""))
+        for a in alerts["firing"]:
+            where = a["host"] + (" device %s" % a["device"] if a["device"] else "")
+            lines.append("  %s [%s] %s: %s" % (a["alert"], a["severity"] or "-", where or "-", a["summary"]))
     if doc.get("acceptance_file"):
         when = next((r["acceptance"]["measured_at"] for r in hosts if r.get("acceptance")), None)
         if when:

@@ -70,6 +70,14 @@ options:
     description: Output tokens per request.
     type: int
     default: 512
+  corpus:
+    description:
+      - Where the prompts' tokens come from. C(random) - drawn from the tokenizer's vocabulary, as
+        C(vllm bench serve --dataset-name random) makes them (no shared prefixes, so the prefix cache does
+        not flatter the figures). C(sonnet) or C(coding) - aiperf's prose or code text.
+    type: str
+    choices: [random, sonnet, coding]
+    default: random
   timeout:
     description: Seconds one request may take before it counts as failed.
     type: float
@@ -242,6 +250,7 @@ def main():
             requests=dict(type="int", default=0),
             duration=dict(type="float", default=60.0),
             isl=dict(type="int", default=512),
+            corpus=dict(type="str", default="random", choices=["random", "sonnet", "coding"]),
             osl=dict(type="int", default=512),
             timeout=dict(type="float", default=600.0),
             workers=dict(type="int", default=2),
@@ -283,7 +292,7 @@ def main():
         os.makedirs(art)
     cfg = aiperf_config(p["url"].rstrip("/"), p["model"], p["tokenizer"], p["concurrency"], p["isl"], p["osl"],
                         art, requests=p["requests"], duration=p["duration"], grace=p["timeout"],
-                        timeout=p["timeout"], workers=p["workers"], api_key=bool(p["api_key"]))
+                        timeout=p["timeout"], workers=p["workers"], api_key=bool(p["api_key"]), corpus=p["corpus"])
     cfg_path = os.path.join(art, "aiperf-config.yaml")
     with open(cfg_path, "w") as fh:
         json.dump(cfg, fh, indent=1)

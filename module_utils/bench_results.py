@@ -274,11 +274,15 @@ API_KEY_ENV = "KF_BENCH_API_KEY"
 
 
 def aiperf_config(url, model, tokenizer, concurrency, isl, osl, artifact_dir, requests=0, duration=0.0,
-                  grace=0.0, timeout=600.0, workers=2, entries=None, api_key=True, seed=0):
+                  grace=0.0, timeout=600.0, workers=2, entries=None, api_key=True, seed=0, corpus="random"):
     """aiperf's YAML configuration (its envelope shape, written as JSON, a subset of YAML;
     the benchmark under `benchmark:`, the seed beside it). The API key is not
     in it: `${KF_BENCH_API_KEY}`, which aiperf substitutes from the environment, so the key
-    is never on a command line or in a file; aiperf redacts it in its own exports."""
+    is never on a command line or in a file; aiperf redacts it in its own exports.
+    `corpus` is where the prompts' tokens come from: "random" draws them from the
+    tokenizer's vocabulary, as `vllm bench serve --dataset-name random` does (the way the
+    reference figures were measured, and no corpus to tokenize before the point starts);
+    "sonnet" or "coding" make prose or code from aiperf's own text."""
     phase = {"name": "profiling", "kind": "profiling", "type": "concurrency",
              "concurrency": int(concurrency)}
     if requests:
@@ -296,7 +300,8 @@ def aiperf_config(url, model, tokenizer, concurrency, isl, osl, artifact_dir, re
         "models": {"items": [{"name": model}]},
         "endpoint": endpoint,
         "datasets": [{"name": "main", "type": "synthetic", "entries": max(int(entries), 1),
-                      "prompts": {"isl": {"mean": int(isl), "stddev": 0}, "osl": {"mean": int(osl)}}}],
+                      "prompts": {"isl": {"mean": int(isl), "stddev": 0}, "osl": {"mean": int(osl)},
+                                  "corpus": corpus}}],
         "phases": [phase],
         "artifacts": {"dir": artifact_dir, "auto_plot": False},
         "tokenizer": {"name": tokenizer},

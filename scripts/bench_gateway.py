@@ -3,11 +3,14 @@
 
     KEY=... scripts/bench_gateway.py --target router=http://127.0.0.1:8080 \\
         --target direct=http://127.0.0.1:18001 --target haproxy=http://127.0.0.1:18090 \\
-        [--requests 200] [--concurrency 32] [--max-tokens 64] [--stream] [--key-env KEY]
+        [--requests 200] [--concurrency 32] [--max-tokens 64] [--stream] [--key-env KEY] \\
+        [--shared-prefix WORDS]
 
 Standard library only, so it runs on a gateway host with the host's python3 (where the
 workers may listen on 127.0.0.1 only). For each target, in turn and with the same
-workload: completions with distinct prompts, `--concurrency` at a time, then requests/s,
+workload: completions with distinct prompts (after a system prompt of WORDS words common to
+every request with --shared-prefix: where a prefix cache pays, and where cache_aware
+routing keeps requests together), `--concurrency` at a time, then requests/s,
 output tok/s, p50/p99 latency (and time to first token with --stream), failures.
 The API key is read from the environment variable named by --key-env (never argv)."""
 import argparse
@@ -33,9 +36,12 @@ def model_of(base, key):
         return json.load(resp)["data"][0]["id"]
 
 
+SHARED = []  # the common system prompt's words (--shared-prefix)
+
+
 def one(base, key, model, max_tokens, stream, i):
     body = {"model": model, "max_tokens": max_tokens, "ignore_eos": True, "stream": stream,
-            "prompt": "bench %d %d the fleet answers" % (i, random.randrange(1 << 40))}
+            "prompt": " ".join(SHARED + ["bench %d %d the fleet answers" % (i, random.randrange(1 << 40))])}
     start = time.monotonic()
     ttft, tokens = None, 0
     try:
@@ -94,11 +100,15 @@ def main():
     ap.add_argument("--stream", action="store_true")
     ap.add_argument("--rounds", type=int, default=1, help="repeat the whole comparison")
     ap.add_argument("--key-env", default="KEY")
+    ap.add_argument("--shared-prefix", type=int, default=0, metavar="WORDS",
+                    help="a system prompt of WORDS words common to every request")
     args = ap.parse_args()
+    SHARED[:] = ["policy%d" % (n % 97) for n in range(args.shared_prefix)]
     key = os.environ.get(args.key_env, "")
     targets = [t.split("=", 1) for t in args.target]
-    print("workload: %d requests, concurrency %d, %d output tokens each, %s" % (
-        args.requests, args.concurrency, args.max_tokens, "streamed" if args.stream else "not streamed"))
+    print("workload: %d requests, concurrency %d, %d output tokens each, %s, %s" % (
+        args.requests, args.concurrency, args.max_tokens, "streamed" if args.stream else "not streamed",
+        "a shared prefix of %d words" % args.shared_prefix if args.shared_prefix else "distinct prompts"))
     print("%-10s %5s %8s %8s %11s %8s %8s %9s %7s" % (
         "target", "round", "failures", "req/s", "out tok/s", "p50 s", "p99 s", "ttft p50", "wall s"))
     for rnd in range(1, args.rounds + 1):

@@ -86,6 +86,10 @@ PHASES = [
         # a stopped service named in its row, the host started again and read healthy.
         Suite("bench-sim", "fleet", ["tests/bench/test_bench_sim.py", "tests/status/test_status_sim.py",
                                      "tests/status/test_collect_sim.py"], timeout=900),
+        # Monitoring on the served fleet (Prometheus on kf-node-1): every target up, every
+        # dashboard query with data, a stopped server and a device in error each raising
+        # its alert within its `for:` window; the fleet put back served.
+        Suite("monitoring-sim", "fleet", ["tests/monitoring"], timeout=900),
         # Weights from peers: a host with a verified copy serves the others (bounded per
         # source, resumable, a dead source falls back); needs the model the e2e staged.
         Suite("model-peers", "fleet", ["tests/model"], timeout=900),

@@ -199,10 +199,10 @@ def register(subparsers):
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_guarded(_cmd_status))
 
-    p = subparsers.add_parser("sim-reset", help="recreate one sim host with a fresh disk")
-    p.add_argument("host", help="kf-node-N, kf-sim-N or N")
-    p.add_argument("--fault", action="append", metavar="NAME=VALUE",
-                   help="fault switch for the new host (repeatable)")
+    p = subparsers.add_parser("sim-reset", help="recreate sim hosts with fresh disks (side by side)")
+    p.add_argument("host", nargs="+", help="kf-node-N, kf-sim-N or N")
+    p.add_argument("--fault", action="append", metavar="[HOST:]NAME=VALUE",
+                   help="fault switch for every host named, or for HOST only (repeatable)")
     p.set_defaults(func=_guarded(_cmd_reset))
 
     p = subparsers.add_parser("sim-engine", help="start the sim fleet's Docker engine; print its DOCKER_HOST")

@@ -255,6 +255,24 @@ def create_host(index, tag, faults, pubkey, fleet=""):
             "disk": disk_path(index), "loop": dev, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
+def create_side_by_side(todo, tag, pubkey, fleet_of, state):
+    """Create the hosts of todo ([(index, faults)]) side by side (each is a few docker
+    calls and a disk file; their boots overlap): a 12-host lane starts in about the time of
+    a few hosts, not twelve. fleet_of: {index: fleet key}. Records every host created in
+    state (saved), also when another failed; returns the failures' messages."""
+    with ThreadPoolExecutor(max_workers=CREATE_WORKERS) as pool:
+        futures = [(index, pool.submit(create_host, index, tag, faults, pubkey, fleet_of[index]))
+                   for index, faults in todo]
+    errors = []
+    for index, future in futures:
+        if future.exception():
+            errors.append("%s: %s" % (host_name(index), future.exception()))
+        else:
+            state["hosts"][str(index)] = future.result()
+    save_state(state)
+    return errors
+
+
 def systemd_state(index):
     proc = docker("exec", container_name(index), "systemctl", "is-system-running", check=False, timeout=30)
     return (proc.stdout or "").strip() or "unknown"
@@ -485,8 +503,9 @@ def write_inventory(indexes, keys, inventory=INVENTORY_DIR):
     indexes = sorted(indexes)
     count = len(indexes)
     names = [host_name(i) for i in indexes]
-    # One host builds the image and runs the gateway; from 5 hosts on, the last host is a
-    # dedicated gateway (not an XPU server), as a production site would have it.
+    # One host builds the image and runs the gateway (and Prometheus: the monitoring
+    # group); from 5 hosts on, the last host is a dedicated gateway (not an XPU server), as
+    # a production site would have it.
     if count >= 5:
         xpu, gateways = names[:-1], names[-1:]
     else:
@@ -495,6 +514,7 @@ def write_inventory(indexes, keys, inventory=INVENTORY_DIR):
         "xpu_servers": {"hosts": {n: None for n in xpu}},
         "image_builders": {"hosts": {names[0]: None}} if names else {"hosts": {}},
         "gateways": {"hosts": {n: None for n in gateways}},
+        "monitoring": {"hosts": {n: None for n in gateways}},
     }}}
     _atomic_write(os.path.join(inventory, "hosts.yml"),
                   GENERATED + "# The simulated fleet: %d host(s). Static settings: group_vars/all/sim.yml.\n---\n"
@@ -644,18 +664,7 @@ def up(count, fault_args=(), rebuild=False, refresh=False, first=1, inventory=IN
                 todo.append((index, faults))
             elif item["Config"]["Image"] != tag:
                 outdated.append(host_name(index))
-        # Created side by side (each is a few docker calls and a disk file; boots overlap):
-        # a 12-host lane starts in about the time of a few hosts, not twelve.
-        # A host that fails to be created does not lose the record of those that were.
-        with ThreadPoolExecutor(max_workers=CREATE_WORKERS) as pool:
-            futures = [(index, pool.submit(create_host, index, tag, faults, pubkey, key)) for index, faults in todo]
-        errors = []
-        for index, future in futures:
-            if future.exception():
-                errors.append("%s: %s" % (host_name(index), future.exception()))
-            else:
-                state["hosts"][str(index)] = future.result()
-        save_state(state)
+        errors = create_side_by_side(todo, tag, pubkey, {index: key for index, _ in todo}, state)
         if errors:
             raise SimError("creating hosts failed:\n" + "\n".join(errors))
         for index in wanted:
@@ -691,47 +700,69 @@ def up(count, fault_args=(), rebuild=False, refresh=False, first=1, inventory=IN
     return {"created": [i for i, _ in todo], "hosts": indexes}
 
 
-def reset(host, fault_args=()):
-    index = index_of(host)
-    if index is None:
-        raise SimError("sim-reset HOST: HOST is kf-node-N, kf-sim-N or N; got %r" % host)
-    faults = {}
+def reset(hosts, fault_args=()):
+    """Recreate hosts (a name or a list) with fresh disks, side by side. A fault
+    NAME=VALUE applies to every host named; HOST:NAME=VALUE to that host only."""
+    hosts = [hosts] if isinstance(hosts, str) else list(hosts)
+    wanted = []
+    for host in hosts:
+        index = index_of(host)
+        if index is None:
+            raise SimError("sim-reset HOST...: HOST is kf-node-N, kf-sim-N or N; got %r" % host)
+        if index not in wanted:
+            wanted.append(index)
+    faults = dict((index, {}) for index in wanted)
     for text in fault_args:
-        _, name, value = parse_fault(text, default_host=index)
-        faults[name] = value
+        if ":" in text.split("=", 1)[0]:
+            targets = [parse_fault(text)]
+        else:
+            targets = [parse_fault(text, default_host=index) for index in wanted]
+        for index, name, value in targets:
+            if index not in faults:
+                raise SimError("fault %r names %s, which sim-reset was not asked to reset (%s)"
+                               % (text, host_name(index), ", ".join(host_name(i) for i in wanted)))
+            faults[index][name] = value
     start = time.time()
     with locked():
         existing = containers()
-        if index not in existing:
-            raise SimError("%s is not in the fleet; run `sim-up N` first" % host_name(index))
+        missing = [host_name(i) for i in wanted if i not in existing]
+        if missing:
+            raise SimError("%s not in the fleet; run `sim-up N` first" % ", ".join(missing))
         engine.ensure_engine()
         tag = image.build_image()
         ensure_network()
         pubkey = ensure_key()
         state = load_state()
-        key = owner(index, existing, state)
-        log("resetting %s with a fresh disk%s" % (
-            host_name(index), (" and faults " + ",".join("%s=%s" % kv for kv in sorted(faults.items()))) if faults else ""))
-        state["hosts"][str(index)] = create_host(index, tag, faults, pubkey, key)
-        save_state(state)
-        wait_ready(index)
-        indexes = sorted({i for i in existing if owner(i, existing, state) == key} | {index})
-        keys = {}
-        for i in indexes:
-            try:
-                keys[i] = host_keys(i)
-            except SimError:
-                keys[i] = []
-        write_inventory(indexes, keys, inventory_dir(key))
-        drop_control_masters([index])
-        if faults.get("xpu_old_driver"):
-            apply_old_driver(index, faults["xpu_old_driver"])
-        if password_only(faults):
-            apply_password_only(index)
-        if not ssh_as_meant(index, faults):
-            raise SimError("SSH to %s with checked host keys fails after reset" % host_name(index))
+        keys_of = dict((index, owner(index, existing, state)) for index in wanted)
+        for index in wanted:
+            log("resetting %s with a fresh disk%s" % (host_name(index), (" and faults " + ",".join(
+                "%s=%s" % kv for kv in sorted(faults[index].items()))) if faults[index] else ""))
+        errors = create_side_by_side([(index, faults[index]) for index in wanted], tag, pubkey, keys_of, state)
+        if errors:
+            raise SimError("resetting hosts failed:\n" + "\n".join(errors))
+        with ThreadPoolExecutor(max_workers=max(8, len(wanted))) as pool:
+            list(pool.map(wait_ready, wanted))
+        for key in sorted(set(keys_of.values())):
+            indexes = sorted({i for i in existing if owner(i, existing, state) == key}
+                             | {i for i in wanted if keys_of[i] == key})
+            keys = {}
+            for i in indexes:
+                try:
+                    keys[i] = host_keys(i)
+                except SimError:
+                    keys[i] = []
+            write_inventory(indexes, keys, inventory_dir(key))
+        drop_control_masters(wanted)
+        for index in wanted:
+            if faults[index].get("xpu_old_driver"):
+                apply_old_driver(index, faults[index]["xpu_old_driver"])
+            if password_only(faults[index]):
+                apply_password_only(index)
+        bad = [host_name(i) for i in wanted if not ssh_as_meant(i, faults[i])]
+        if bad:
+            raise SimError("SSH to %s with checked host keys fails after reset" % ", ".join(bad))
         image.prune_old_images(tag)
-    log("%s reset in %.1f s" % (host_name(index), time.time() - start))
+    log("%s reset in %.1f s" % (", ".join(host_name(i) for i in wanted), time.time() - start))
 
 
 def down_fleet(inventory):

@@ -111,8 +111,8 @@ def _hosts_to_reset(sim_fleet):
     each, five or more times per fault suite)."""
     used = set()
     yield used
-    for index in sorted(used):
-        sim("sim-reset", str(index), check=False)
+    if used:
+        sim("sim-reset", *[str(index) for index in sorted(used)], check=False)
 
 
 @pytest.fixture

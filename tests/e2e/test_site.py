@@ -85,9 +85,7 @@ def bare_check(sim_fleet):
     volume of its own names, mounted by /dev/mapper path, holding users' files). Then the
     operator's first command on new servers, `site.yml --check --diff`, with every host's
     snapshot before and after it."""
-    for host in ("kf-node-1", "kf-node-2"):
-        sim("sim-reset", host)
-    sim("sim-reset", "kf-node-3", "--fault", "home_lvm=ext4")
+    sim("sim-reset", "kf-node-1", "kf-node-2", "kf-node-3", "--fault", "kf-node-3:home_lvm=ext4")
     before = host_snapshots()
     rc, out = run_site("--check", "--diff")
     keep("e2e-check-from-bare.log", out)

@@ -187,7 +187,7 @@ def test_rollout_drains_the_worker_the_router_lists(inventory, tmp_path):
         drain = tmp_path / "drain.yml"
         drain.write_text(yaml.safe_dump([{
             "name": "drain", "hosts": "p800-a02", "gather_facts": False,
-            "vars": {"gateway_port": router.port, "gateway_metrics_port": router.port},
+            "vars": {"gateway_router_port": router.port, "gateway_metrics_port": router.port},
             "tasks": [{"name": "out", "ansible.builtin.include_role": {"name": "serve", "tasks_from": "gateway_worker"},
                        "vars": {"serve_gateway_worker_state": "absent"}},
                       {"name": "back", "ansible.builtin.include_role": {"name": "serve", "tasks_from": "gateway_worker"},

@@ -6,9 +6,11 @@ outputs are read with the PRODUCT's parsers (module_utils/xpu_smi.py), so the ki
 product are held to the same formats.
 """
 import importlib.util
+import json
 import os
 import stat
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -464,3 +466,61 @@ def test_builtin_modules_on_a_kernel_without_modules(env):
     assert sh(env, 'modprobe', 'overlay').returncode == 0
     res = sh(env, 'modprobe', '-r', 'overlay')
     assert res.returncode != 0 and 'is builtin' in res.stderr
+
+
+def test_xpu_smi_figures_move_with_the_holders_load(env, runs, tmp_path):
+    """A process holding /dev/xpu2 (a serving container's vllm) with the stand-in's load file
+    in its root: device 2's memory, utilisation, power and temperature follow the load; the
+    other devices stay idle; without a holder device 2 is idle again."""
+    assert install(env, runs[VERSION]).returncode == 0
+    load = Path('/tmp/kunlun-sim-load.json')  # the holder's root here is the controller's /
+    saved = load.read_bytes() if load.exists() else None
+    holder = subprocess.Popen([sys.executable, '-c', 'import sys, time; f = open(sys.argv[1]); time.sleep(60)',
+                               str(Path(env['_root']) / 'dev' / 'xpu2')])
+    try:
+        def device(n):
+            return next(d for d in x.parse_table(smi(env).stdout)['devices'] if d['index'] == n)
+
+        idle = device(2)
+        load.write_text('{"running": 0, "waiting": 0, "kv_usage": 0.0}')
+        time.sleep(0.5)  # the holder has opened the node
+        held = device(2)
+        assert held['memory_used_mib'] == 4864 and held['utilization'] == '0%', held
+        load.write_text('{"running": 25, "waiting": 3, "kv_usage": 0.5}')
+        busy, other = device(2), device(3)
+        pool = int(98304 * 0.9) - 4864
+        assert busy['memory_used_mib'] == 4864 + pool // 2, busy
+        assert busy['utilization'] == '60%', busy
+        assert busy['power_draw_w'] > held['power_draw_w'] and busy['power_draw_w'] <= busy['power_cap_w']
+        assert int(busy['temperature'].rstrip('C')) > int(idle['temperature'].rstrip('C'))
+        assert other['memory_used_mib'] == 0 and other['utilization'] == '0%'
+        q = next(d for d in x.parse_query(smi(env, '-q').stdout)['devices'] if d['index'] == 2)
+        assert q['memory_used_mib'] == busy['memory_used_mib'], q
+    finally:
+        holder.kill()
+        holder.wait()
+        if saved is None:
+            load.unlink()
+        else:
+            load.write_bytes(saved)
+    after = device(2)
+    assert after['memory_used_mib'] == 0 and after['utilization'] == '0%'
+
+
+def test_standin_vllm_writes_its_load_for_xpu_smi(tmp_path, monkeypatch):
+    """The stand-in vllm's side: with KUNLUN_SIM_LOAD_FILE set, its load is written there (at
+    most once a second while busy, at once when it falls idle); without it, nothing."""
+    metrics = _load('standin_metrics', ROOT / 'kunlun_fleet/sim/artifacts/vllm_src/vllm/engine/metrics.py')
+    path = tmp_path / 'load.json'
+    monkeypatch.setenv('KUNLUN_SIM_LOAD_FILE', str(path))
+    m = metrics.Metrics('model')
+    m.set_queue(5, 1, 0.25)
+    assert json.loads(path.read_text()) == {'running': 5, 'waiting': 1, 'kv_usage': 0.25}
+    m.set_queue(6, 0, 0.3)  # busy, within the second: not rewritten
+    assert json.loads(path.read_text())['running'] == 5
+    m.set_queue(0, 0, 0.0)  # idle: at once
+    assert json.loads(path.read_text()) == {'running': 0, 'waiting': 0, 'kv_usage': 0.0}
+    monkeypatch.delenv('KUNLUN_SIM_LOAD_FILE')
+    other = tmp_path / 'other.json'
+    metrics.Metrics('model').set_queue(3, 0, 0.1)
+    assert not other.exists() and json.loads(path.read_text())['running'] == 0

@@ -88,9 +88,8 @@ def pending():
 
 
 def gateway_workers():
-    conn = http.client.HTTPConnection(ADDRESS, 8080, timeout=10)
-    conn.request("GET", "/list_workers")
-    return json.loads(conn.getresponse().read())["urls"]
+    # The router's admin API answers on the gateway host itself only (loopback).
+    return json.loads(ssh(HOST, "curl -sf http://127.0.0.1:8081/list_workers").stdout)["urls"]
 
 
 @pytest.fixture

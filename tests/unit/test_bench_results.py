@@ -133,10 +133,14 @@ def test_aiperf_config_keeps_the_key_out():
                                 "concurrency": 256, "duration": 30.0, "grace_period": 600.0}
     assert cfg["endpoint"]["extra"] == {"ignore_eos": True} and cfg["endpoint"]["streaming"] is True
     assert cfg["runtime"]["workers"] == 8 and cfg["datasets"][0]["entries"] == 512
+    # vllm bench's random dataset: tokens from the vocabulary, unless another corpus is asked for
+    assert cfg["datasets"][0]["prompts"]["corpus"] == "random"
     assert "secret" not in text
     one = br.aiperf_config("http://h:8000", "m", "/tok", 1, 512, 128, "/out", requests=3, workers=2,
                            api_key=False)["benchmark"]
     assert one["runtime"]["workers"] == 1 and one["phases"][0]["requests"] == 3 and "api_key" not in one["endpoint"]
+    prose = br.aiperf_config("http://h:8000", "m", "/tok", 1, 512, 128, "/out", requests=3, corpus="sonnet")
+    assert prose["benchmark"]["datasets"][0]["prompts"]["corpus"] == "sonnet"
 
 
 class _Exit(Exception):

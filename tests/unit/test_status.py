@@ -684,7 +684,11 @@ def test_the_playbook_only_reads():
             assert action in READ_ONLY, task["name"]
             if action == "ansible.builtin.uri":
                 assert task[action].get("method", "GET") == "GET" and task["changed_when"] is False
-                assert task[action]["url"].startswith("http://127.0.0.1:")
+                # the router on the gateway host itself (the gateway role keeps it on loopback),
+                # and Prometheus's alerts on the monitoring host
+                assert task[action]["url"] in ("http://{{ status_router }}/list_workers",
+                                               "http://{{ status_prometheus }}/api/v1/alerts"), task[action]["url"]
+                assert play["vars"]["status_router"].startswith("{{ gateway_router_host | default('127.0.0.1') }}:")
             if action == "ansible.builtin.slurp":
                 assert task["changed_when"] is False
             if action == "collect_outputs":
@@ -764,7 +768,7 @@ def local_fleet(tmp_path, monkeypatch):
         "gateways": {"hosts": {"gw": local}}}}}
     (inv / "hosts.yml").write_text(yaml.safe_dump(hosts))
     (inv / "group_vars/all/serving.yml").write_text(yaml.safe_dump(
-        {"kunlun_stack_serving": dict(PINS["kunlun_stack_serving"], port=port), "gateway_port": port}))
+        {"kunlun_stack_serving": dict(PINS["kunlun_stack_serving"], port=port), "gateway_router_port": port}))
     monkeypatch.setenv("PATH", "%s:%s" % (fake / "bin", os.environ["PATH"]))
     monkeypatch.delenv("ANSIBLE_VAULT_PASSWORD_FILE", raising=False)
     (tree / "reports").mkdir()
@@ -825,3 +829,60 @@ def test_status_cli_refuses_a_missing_inventory_and_extra_arguments(tmp_path, ca
     with pytest.raises(SystemExit) as exc:
         cli.main(["status", "-i", str(tmp_path), "--check"])
     assert exc.value.code == runner.REFUSED
+
+
+# ---------------------------------------------------------------- the alerts
+def alerts_events(alerts, answering=True, monitor="kf-node-1"):
+    item = {"status_monitor": monitor, "status": 200 if answering else -1, "changed": False}
+    if answering:
+        item["json"] = {"status": "success", "data": {"alerts": alerts}}
+    else:
+        item["msg"] = "Status code was -1 and not [200]: Request failed: <urlopen error [Errno 111] Connection refused>"
+    return [event("runner_on_ok", "kf-node-1", "ansible.builtin.uri", {"results": [item]},
+                  task=status.ALERTS_TASK + " (Prometheus on each monitoring host)")]
+
+
+def prom_alert(name, state, host, severity="critical", device=None):
+    labels = {"alertname": name, "severity": severity, "host": host, "job": "vllm"}
+    if device is not None:
+        labels["device"] = device
+    return {"labels": labels, "annotations": {"summary": "%s on %s" % (name, host), "description": "..."},
+            "state": state, "activeAt": "2026-12-01T17:00:00Z", "value": "0e+00"}
+
+
+def test_alerts_from_the_task_are_not_taken_for_gateway_lists():
+    events = gateway_events([W["kf-node-1"]]) + alerts_events([
+        prom_alert("KunlunXpuDeviceError", "firing", "kf-node-2", device="3"),
+        prom_alert("KunlunThroughputLow", "firing", "kf-node-10", severity="warning"),
+        prom_alert("KunlunServingHostDown", "firing", "kf-node-3"),
+        prom_alert("KunlunKvCacheNearlyFull", "pending", "kf-node-1", severity="warning")])
+    state = state_of(events)
+    assert [r["status_gateway"] for r in state["lists"]] == ["gw-1"]
+    view = status.alerts_view(state["alerts"])
+    assert view["monitors"] == {"kf-node-1": ""} and view["pending"] == 1
+    # critical first, then by name and host
+    assert [(a["alert"], a["host"], a["device"]) for a in view["firing"]] == [
+        ("KunlunServingHostDown", "kf-node-3", ""), ("KunlunXpuDeviceError", "kf-node-2", "3"),
+        ("KunlunThroughputLow", "kf-node-10", "")]
+
+
+def test_alerts_in_the_table():
+    doc = dict(sample_doc(), alerts=status.alerts_view(state_of(alerts_events([
+        prom_alert("KunlunServingHostDown", "firing", "kf-node-3"),
+        prom_alert("KunlunXpuDeviceError", "firing", "kf-node-2", device="3")]))["alerts"]))
+    text = status.render_table(doc)
+    assert "alerts firing: 2 (Prometheus on kf-node-1)" in text
+    assert "  KunlunServingHostDown [critical] kf-node-3: KunlunServingHostDown on kf-node-3" in text
+    assert "  KunlunXpuDeviceError [critical] kf-node-2 device 3: KunlunXpuDeviceError on kf-node-2" in text
+    quiet = dict(sample_doc(), alerts=status.alerts_view(state_of(alerts_events([]))["alerts"]))
+    assert "alerts firing: none (Prometheus on kf-node-1)" in status.render_table(quiet)
+    down = dict(sample_doc(), alerts=status.alerts_view(state_of(alerts_events([], answering=False))["alerts"]))
+    text = status.render_table(down)
+    assert "monitoring kf-node-1: not answering ([Errno 111] Connection refused)" in text
+    assert "alerts firing" not in text
+    # no monitoring group: the task's loop is empty, nothing is said
+    skipped = state_of([event("runner_on_skipped", "kf-node-1", "ansible.builtin.uri",
+                              {"skipped_reason": "No items in the list"}, task=status.ALERTS_TASK)])
+    assert skipped["alerts"] == [] and skipped["lists"] is None
+    assert "alerts" not in status.render_table(dict(sample_doc(), alerts=status.alerts_view([])))
+    assert json.loads(status.render_json(doc))["alerts"]["firing"][0]["alert"] == "KunlunServingHostDown"

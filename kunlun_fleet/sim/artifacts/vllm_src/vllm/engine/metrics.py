@@ -1,5 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Prometheus metrics with vLLM v1's names, labels and buckets (text exposition 0.0.4)."""
+"""Prometheus metrics with vLLM v1's names, labels and buckets (text exposition 0.0.4).
+
+With KUNLUN_SIM_LOAD_FILE set (the sim's serving environment), the engine's load (running
+and waiting requests, KV cache usage) is also written there, at most once a second and
+when it falls idle: the sim kit's xpu-smi reads it from the process that holds the
+devices, so device memory, utilisation, power and temperature move with the load."""
+import json
+import os
 import time
 
 TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
@@ -48,6 +55,8 @@ class Metrics:
         self.preemptions = 0
         self.prefix_queries = 0
         self.prefix_hits = 0
+        self.load_file = os.environ.get("KUNLUN_SIM_LOAD_FILE") or None
+        self.load_written = (0.0, None)
         self.success = {r: 0 for r in FINISH_REASONS}
         self.h = {
             "ttft": Histogram("vllm:time_to_first_token_seconds",
@@ -80,6 +89,22 @@ class Metrics:
         self.running, self.waiting = running, waiting
         if kv is not None:
             self.kv = kv
+        if self.load_file:
+            self.write_load()
+
+    def write_load(self):
+        now, state = time.monotonic(), (self.running, self.waiting, round(self.kv, 3))
+        last, written = self.load_written
+        if state == written or (now - last < 1.0 and self.running):
+            return
+        tmp = "%s.%d" % (self.load_file, os.getpid())
+        try:
+            with open(tmp, "w") as fh:
+                json.dump({"running": self.running, "waiting": self.waiting, "kv_usage": self.kv}, fh)
+            os.replace(tmp, self.load_file)
+            self.load_written = (now, state)
+        except OSError:
+            pass
 
     def iteration(self, running, prefill, seconds):
         self.h["iter"].observe(running + prefill)

@@ -1,0 +1,126 @@
+"""Monitoring on the served 3-host sim fleet (suite "monitoring-sim", lane "fleet", after
+the e2e left the fleet served, monitored and behind its gateway): Prometheus on kf-node-1
+(the monitoring group) scrapes every target, every dashboard query returns data, every
+alert expression is one Prometheus evaluates, and two faults raise their alerts within
+their `for:` window: a serving unit stopped (KunlunServingHostDown) and a device in
+error (KunlunXpuDeviceError, through the accelerator exporter's textfile), both shown by
+`kunlun-fleet status`. The fleet is put back as it was (the unit started and serving, the
+fault removed)."""
+
+import json
+import os
+import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from kunlun_fleet import monitoring
+from kunlun_fleet.sim.config import host_address
+from kunlun_fleet.sim.testing import INVENTORY, REPO, VENV_BIN, _env, ssh
+
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
+
+PROMETHEUS = "http://%s:9090" % host_address(1)
+FAULTS = "/etc/kunlun-kit/faults"
+# Prometheus scrapes and evaluates every 15 s and the accelerator exporter runs every
+# 15 s: an alert with `for: 1m` fires at most this long after its condition begins.
+FIRE_WITHIN_S = 60 + 15 + 15 + 15 + 30
+
+
+def api(path, **params):
+    url = PROMETHEUS + path + ("?" + urllib.parse.urlencode(params) if params else "")
+    with urllib.request.urlopen(url, timeout=15) as resp:
+        doc = json.load(resp)
+    assert doc["status"] == "success", doc
+    return doc["data"]
+
+
+def firing(name):
+    return [a for a in api("/api/v1/alerts")["alerts"] if a["labels"]["alertname"] == name and a["state"] == "firing"]
+
+
+@pytest.fixture(scope="module")
+def monitored(sim_fleet):
+    """The stage run on the fleet as the e2e left it (a re-run: nothing to change there)."""
+    proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", INVENTORY, "playbooks/monitoring.yml"],
+                          cwd=REPO, env=_env(), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+
+
+def test_every_target_is_up(monitored):
+    deadline = time.monotonic() + 60
+    while True:
+        targets = api("/api/v1/targets")["activeTargets"]
+        down = [(t["labels"]["job"], t["labels"].get("host"), t["health"], t.get("lastError")) for t in targets
+                if t["health"] != "up"]
+        if not down or time.monotonic() > deadline:
+            break
+        time.sleep(3)
+    assert not down, down
+    jobs = {}
+    for t in targets:
+        jobs.setdefault(t["labels"]["job"], set()).add(t["labels"]["host"])
+    hosts = {"kf-node-1", "kf-node-2", "kf-node-3"}
+    assert jobs == {"vllm": hosts, "node": hosts, "router": {"kf-node-1"}, "prometheus": {"kf-node-1"}}, jobs
+
+
+def test_every_dashboard_query_returns_data_and_every_alert_evaluates(monitored):
+    empty = []
+    for where, expr in monitoring.queries(executable=True):
+        result = api("/api/v1/query", query=expr)["result"]
+        # An alert's expression is empty on a healthy fleet; a panel's must show something.
+        if not where.startswith("alert ") and not result:
+            empty.append("%s: %s" % (where, expr))
+    assert not empty, "queries with no data on the served fleet:\n" + "\n".join(empty)
+    # the accelerator exporter's per-device series, for each serving host's 8 devices
+    devices = api("/api/v1/query", query="count by (host) (kunlun_xpu_up == 1)")["result"]
+    assert {r["metric"]["host"]: r["value"][1] for r in devices} == {
+        "kf-node-1": "8", "kf-node-2": "8", "kf-node-3": "8"}, devices
+
+
+def test_a_stopped_server_and_a_device_in_error_raise_their_alerts(monitored):
+    assert not firing("KunlunServingHostDown") and not firing("KunlunXpuDeviceError")
+    ssh(2, "cp %s %s.before-test && echo xpu_error_device=3 >> %s" % (FAULTS, FAULTS, FAULTS))
+    ssh(3, "systemctl stop kunlun-serve.service")
+    started = time.monotonic()
+    seen = {}
+    try:
+        def wait(name, host):
+            while time.monotonic() - started < FIRE_WITHIN_S + 30:
+                alerts = [a for a in firing(name) if a["labels"].get("host") == host]
+                if alerts:
+                    seen[name] = (time.monotonic() - started, alerts[0])
+                    return
+                time.sleep(2)
+        waits = [threading.Thread(target=wait, args=("KunlunServingHostDown", "kf-node-3")),
+                 threading.Thread(target=wait, args=("KunlunXpuDeviceError", "kf-node-2"))]
+        for t in waits:
+            t.start()
+        for t in waits:
+            t.join()
+        # `kunlun-fleet status` shows them, with the stopped host unhealthy (exit 2)
+        proc = subprocess.run([os.path.join(VENV_BIN, "kunlun-fleet"), "status", "-i", INVENTORY, "--plain"],
+                              cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+        shown = proc.stdout
+    finally:
+        ssh(2, "mv %s.before-test %s" % (FAULTS, FAULTS))
+        ssh(3, "systemctl start kunlun-serve.service")
+    print("alerts fired after: %s" % {k: round(v[0]) for k, v in seen.items()})
+    assert set(seen) == {"KunlunServingHostDown", "KunlunXpuDeviceError"}, seen
+    for name, (after, alert) in seen.items():
+        # not before its `for:` (1m), and within it plus a scrape, an evaluation and an exporter run
+        assert 60 <= after <= FIRE_WITHIN_S, (name, after)
+        assert alert["annotations"]["summary"] and alert["annotations"]["description"], alert
+    assert seen["KunlunXpuDeviceError"][1]["labels"]["device"] == "3"
+    assert proc.returncode == 2, shown + proc.stderr[-3000:]
+    assert "alerts firing: " in shown and "(Prometheus on kf-node-1)" in shown, shown
+    assert "  KunlunServingHostDown [critical] kf-node-3: " in shown, shown
+    assert "  KunlunXpuDeviceError [critical] kf-node-2 device 3: " in shown, shown
+    # the host serves again (the next suites need the fleet served)
+    deadline = time.monotonic() + 300
+    while ssh(3, "curl -sf -o /dev/null http://127.0.0.1:8000/health", check=False).returncode != 0:
+        assert time.monotonic() < deadline, "kf-node-3 did not serve again after its unit was started"
+        time.sleep(2)
