@@ -19,9 +19,10 @@ outcome.
     .venv/bin/python tests/suites.py --only e2e,unit # some suites (lanes as above)
     .venv/bin/python tests/suites.py --record        # also write tests/suite_times.json
 
-At the end it prints a table (suite, lane, wall time, tests, result), every skipped test
-with its reason, and fails the run when the whole took longer than the budget (60
-minutes), naming the suites that grew against tests/suite_times.json. Under this runner
+At the end it prints a table (suite, lane, wall time, tests, result), the total against the
+40-minute target, every skipped test with its reason, and fails the run when the whole
+took longer than the budget (60 minutes), naming the suites that grew against
+tests/suite_times.json. Under this runner
 an environment skip is an error (KF_STRICT_SKIPS=1, tests/conftest.py)."""
 
 import argparse
@@ -38,6 +39,9 @@ PYTEST = str(ROOT / ".venv" / "bin" / "pytest")
 REPORTS = ROOT / "reports" / "tests"
 TIMES = ROOT / "tests" / "suite_times.json"
 BUDGET_S = 60 * 60
+# What the whole suite should take, so that CI's 90 minutes keep room to grow: reported
+# (over or under, by how much), never failed on - the budget above fails the run.
+TARGET_S = 40 * 60
 # A suite that grew by more than this against its recorded time is named when the
 # budget is exceeded.
 GROWTH = 1.25
@@ -84,8 +88,11 @@ PHASES = [
         # and per host, the report files, client and server counts within 3%.
         # Then `kunlun-fleet status` on the same served fleet: all healthy and nothing changed,
         # a stopped service named in its row, the host started again and read healthy.
+        # And the endpoint as another host sees it: the admin API and /metrics refused, the
+        # API behind the key, a stream in many chunks.
         Suite("bench-sim", "fleet", ["tests/bench/test_bench_sim.py", "tests/status/test_status_sim.py",
-                                     "tests/status/test_collect_sim.py"], timeout=900),
+                                     "tests/status/test_collect_sim.py",
+                                     "tests/gateway/test_endpoint_from_a_peer_sim.py"], timeout=900),
         # Monitoring on the served fleet (Prometheus on kf-node-1): every target up, every
         # dashboard query with data, a stopped server and a device in error each raising
         # its alert within its `for:` window; the fleet put back served.
@@ -367,6 +374,8 @@ def report(suites, spans, total, recorded):
           % ("; ".join("%s: %.0f s%s" % (name, wall, "" if busy is None else ", machine %.0f%% busy" % busy)
                        for name, wall, busy in spans),
              total, total / 60, serial))
+    print("target: %d min; the run is %s it by %.0f s" % (TARGET_S // 60, "over" if total > TARGET_S else "under",
+                                                           abs(total - TARGET_S)))
     print("cpu: the user and system seconds of each suite's own processes (pytest, ansible and its workers, "
           "ssh); the rest of a busy machine is the sim hosts, their engine and the kernel.")
     skips = [(s.name, nodeid, reason) for s in suites for nodeid, reason in s.result["skips"]]

@@ -102,7 +102,7 @@ def test_a_stopped_server_and_a_device_in_error_raise_their_alerts(monitored):
         for t in waits:
             t.join()
         # `kunlun-fleet status` shows them, with the stopped host unhealthy (exit 2)
-        proc = subprocess.run([os.path.join(VENV_BIN, "kunlun-fleet"), "status", "-i", INVENTORY, "--plain"],
+        proc = subprocess.run([os.path.join(VENV_BIN, "kunlun-fleet"), "status", "-i", INVENTORY],
                               cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
         shown = proc.stdout
     finally:
