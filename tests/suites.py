@@ -136,9 +136,13 @@ PHASES = [
 ]
 
 # Beside the phases, from the start to the end of the run: the lanes that touch none of
-# the shared fleet's hosts. They run at a lower CPU priority (nice 5), so the shared
-# fleet's lanes, which make the run's critical path, take the cores first and these
-# fill what those leave idle (about a fifth of the machine, measured).
+# the shared fleet's hosts. They run at a low CPU priority (nice 10: a CPU weight of 110
+# against the critical path's 1024), so the shared fleet's lanes, which make the run's
+# critical path, take the cores first and these fill what those leave idle. At nice 5
+# (weight 335) one of them still took a quarter of a core it contended for with the
+# e2e, and in ci-18 the local lane was done 10 minutes before phase 1 ended, the large
+# lane 8: they have room to wait. Not lower: their tests wait with timeouts too, and a
+# starved process meets them.
 BACKGROUND = [
     Suite("lint", "local", [], command=["make", "--no-print-directory", "lint"]),
     Suite("unit", "local", ["tests"], marks=FAST),
@@ -167,7 +171,7 @@ BACKGROUND = [
 for _suite in (s for phase in PHASES[1:] for s in phase):
     _suite.fleet_up = True
 for _suite in BACKGROUND:
-    _suite.nice = 5
+    _suite.nice = 10
 ALL = [s for phase in PHASES for s in phase] + BACKGROUND
 
 
@@ -384,6 +388,20 @@ def report(suites, spans, total, recorded):
         print("%s: %s: %s" % (name, nodeid, reason))
 
 
+def why_failed(log_path, limit=14):
+    """The lines that say why a suite failed, for the end of the run's output (where CI's
+    record of a run keeps only the last lines): pytest's FAILED lines, then the first
+    lines of the first failure's message ("E   ..."), each cut to 300 characters."""
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError as exc:
+        return ["(no log: %s)" % exc]
+    summary = [l for l in lines if l.startswith(("FAILED ", "ERROR "))]
+    detail = [l[4:].strip() for l in lines if l.startswith("E   ") and l[4:].strip()]
+    picked = (summary[:4] + detail)[:limit] or lines[-limit:]
+    return [l[:300] for l in picked]
+
+
 def over_budget(suites, total, recorded):
     if total <= BUDGET_S:
         return None
@@ -461,6 +479,10 @@ def main(argv=None):
     if budget:
         print("\nBUDGET: " + budget)
     if failed:
+        print("\n=== why they failed (the first lines; the whole: reports/tests/<suite>.log) ===")
+        for s in ran:
+            if s.result["result"] != "ok":
+                print("%s:\n  %s" % (s.name, "\n  ".join(why_failed(REPORTS / (s.name + ".log")))))
         print("\nfailed suites: %s (their output: reports/tests/<suite>.log)" % ", ".join(failed))
     passed = sum(s.result["passed"] for s in ran if s.command is None)
     nfailed = sum(s.result["failed"] for s in ran)

@@ -216,6 +216,12 @@ def remove_container(index):
         docker("rm", "-f", "-v", name, check=False, timeout=120)
 
 
+# The CPU weight of a fleet's hosts beside the shared fleet (docker's default is 1024):
+# on a busy machine the shared fleet's hosts, whose suites make a test run's critical
+# path, get the cores first; idle cores still go to whoever wants them.
+BESIDE_CPU_SHARES = 128
+
+
 def create_host(index, tag, faults, pubkey, fleet=""):
     name = container_name(index)
     remove_container(index)
@@ -245,8 +251,11 @@ def create_host(index, tag, faults, pubkey, fleet=""):
         "--stop-signal", "SIGRTMIN+3", "--stop-timeout", "60",
         "--device", "%s:%s" % (dev, DISK_DEVICE),
         "-e", "container=docker",
-        tag, "/sbin/init",
     ]
+    if fleet:
+        # A fleet beside the shared one (the tests' large lane) yields the CPU to it.
+        args += ["--cpu-shares", str(BESIDE_CPU_SHARES)]
+    args += [tag, "/sbin/init"]
     docker(*args)
     payload = image.tar_bytes(files, dirs=[("root/.ssh", 0o700)])
     docker("cp", "-", name + ":/", input=payload)

@@ -6,6 +6,7 @@ import re
 import subprocess
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -384,9 +385,11 @@ def ask(url, model, key):
 def test_broken_image_is_rolled_back_and_the_fleet_answers(first_run):
     # A broken image on every host: vllm-kunlun without its _kunlun extension (a build that
     # did not produce it); the platform plugin fails to load, the server exits at start.
-    for i in (1, 2, 3):
-        ssh(i, "printf 'FROM kunlun-serving:current\\nRUN rm /opt/vllm_kunlun/lib/python3*/site-packages/vllm_kunlun/_kunlun*.so\\n'"
-               " | docker build -q -t kunlun-serving:broken -")
+    # The three builds side by side (each host has its own engine).
+    with ThreadPoolExecutor(3) as pool:
+        list(pool.map(lambda i: ssh(i, "printf 'FROM kunlun-serving:current\\nRUN rm /opt/vllm_kunlun/lib/python3*/"
+                                       "site-packages/vllm_kunlun/_kunlun*.so\\n' | docker build -q -t kunlun-serving:broken -"),
+                      (1, 2, 3)))
     good = unit_image(1)
     others = {i: started_at(i) for i in (2, 3)}
     rc, out = ansible_playbook("playbooks/serve.yml", "-e", "serve_image_tag=broken")
@@ -401,5 +404,5 @@ def test_broken_image_is_rolled_back_and_the_fleet_answers(first_run):
     assert {i: started_at(i) for i in (2, 3)} == others
     url, model, key = endpoint()
     assert ask(url, model, key)
-    for i in (1, 2, 3):
-        ssh(i, "docker image rm kunlun-serving:broken")
+    with ThreadPoolExecutor(3) as pool:
+        list(pool.map(lambda i: ssh(i, "docker image rm kunlun-serving:broken"), (1, 2, 3)))

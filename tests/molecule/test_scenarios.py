@@ -1,6 +1,7 @@
 """Every role's molecule scenario, on the shared sim fleet (molecule test -s NAME)."""
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -19,4 +20,23 @@ def test_scenario(sim_fleet, scenario):
     proc = subprocess.run([str(ROOT / ".venv/bin/molecule"), "test", "-s", scenario], cwd=ROOT, env=env,
                           text=True, capture_output=True, timeout=1800)
     out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, "molecule scenario %s failed:\n%s" % (scenario, out[-6000:])
+    assert proc.returncode == 0, "molecule scenario %s failed:\n%s\n--- the output's end:\n%s" % (
+        scenario, failures(out), out[-6000:])
+
+
+def failures(out):
+    """The failed tasks, each after its TASK line, and molecule's failed step: a failed
+    verify is followed by destroy's output, which would push them out of the tail."""
+    # Lines may carry molecule's border ("  │ ") when it decorates its output.
+    lines = [re.sub(r"^\s*│ ?", "", l) for l in out.splitlines()]
+    task, found = "", []
+    for i, line in enumerate(lines):
+        if line.startswith("TASK ["):
+            task = line.rstrip("* ")
+        elif re.match(r"(fatal|failed): \[", line) and "...ignoring" not in "".join(lines[i + 1:i + 3]):
+            found += [task, line[:1500]]
+        elif ("CRITICAL" in line and "glob failed" not in line) or "ERROR]" in line:
+            # Idempotence names the tasks that changed on the lines after it. (Every run
+            # says it found no molecule/default: that one is not a failure.)
+            found += [line[:1500]] + [l[:300] for l in lines[i + 1:i + 8] if l.lstrip().startswith("*")]
+    return "\n".join(found[-20:]) or "(no failed task in the output)"

@@ -8,6 +8,7 @@ import tempfile
 
 import pytest
 
+from kunlun_fleet.sim import fleet
 from kunlun_fleet.sim.testing import INVENTORY, ansible, sim, ssh
 
 pytestmark = pytest.mark.sim
@@ -45,6 +46,11 @@ def test_inventory_groups_and_disks(sim_fleet):
     assert int(size) == 14 * T
 
 
+def cpu_shares(container):
+    from kunlun_fleet.sim import engine
+    return int(engine.docker("inspect", "--format", "{{.HostConfig.CpuShares}}", container).stdout)
+
+
 def shared_hosts():
     """{container name: id} of the shared fleet's three hosts (another fleet may be
     coming up beside them: the large lane runs at the same time)."""
@@ -75,6 +81,8 @@ def test_a_second_fleet_lives_beside_the_shared_one(sim_fleet, tmp_path):
         assert "kf-node-41" not in open(os.path.join(INVENTORY, "hosts.yml")).read()
         # Reached with the other inventory's known_hosts, through the same helpers.
         assert ssh(41, "hostname").stdout.strip() == "kf-node-41"
+        # It yields the CPU to the shared fleet (docker's CPU weight; 0 is the default 1024).
+        assert cpu_shares("kf-sim-41") == fleet.BESIDE_CPU_SHARES < 1024 and cpu_shares("kf-sim-1") == 0
         proc = sim("sim-up", "3")
         assert "(0 (re)created)" in proc.stdout and "removing kf-node-41" not in proc.stdout
         assert ssh(41, "true").returncode == 0

@@ -156,3 +156,38 @@ def test_phase_two_suites_leave_the_other_lanes_hosts_alone(tmp_path, monkeypatc
         suites.run_suite(s)
         seen[fleet_up] = (tmp_path / (s.name + ".log")).read_text().strip()
     assert seen == {False: "-", True: "1"}, seen
+
+
+def test_why_a_suite_failed_is_in_the_runs_last_lines(tmp_path):
+    # A failing molecule scenario's log: pytest's summary line and the message's first lines
+    # (the failed task) are what the end of the run prints; passing noise is not.
+    log = tmp_path / "molecule-x.log"
+    log.write_text("\n".join(
+        ["." * 40, "____ test_scenario[gateway] ____", "E   AssertionError: molecule scenario gateway failed:",
+         "E     TASK [Verify | Health checks put it back]", "E     fatal: [kf-node-1]: FAILED! => " + "x" * 400]
+        + ["E     destroy output %d" % i for i in range(30)]
+        + ["FAILED tests/molecule/test_scenarios.py::test_scenario[gateway] - AssertionError: molecule"]))
+    why = suites.why_failed(log)
+    assert why[0].startswith("FAILED tests/molecule/test_scenarios.py::test_scenario[gateway]")
+    assert why[2] == "TASK [Verify | Health checks put it back]"
+    assert why[3].startswith("fatal: [kf-node-1]: FAILED!") and len(why[3]) == 300
+    assert len(why) == 14
+    # No pytest output at all (a command suite, a crash): the log's last lines.
+    (tmp_path / "lint.log").write_text("\n".join("line %d" % i for i in range(50)))
+    assert suites.why_failed(tmp_path / "lint.log") == ["line %d" % i for i in range(36, 50)]
+    assert suites.why_failed(tmp_path / "absent.log")[0].startswith("(no log:")
+
+
+def test_a_failed_scenarios_tasks_survive_destroys_output():
+    sys.path.insert(0, str(ROOT / "tests" / "molecule"))
+    from test_scenarios import failures
+
+    out = "\n".join(["CRITICAL 'molecule/default/molecule.yml' glob failed.  Exiting.",
+                     "TASK [Verify | One]", "ok: [kf-node-1]", "  │ TASK [Verify | Two]",
+                     "fatal: [kf-node-1]: FAILED! => {\"msg\": \"boom\"}", "TASK [Verify | Three]",
+                     "fatal: [kf-node-1]: FAILED! => {\"msg\": \"tolerated\"}", "...ignoring",
+                     "CRITICAL Idempotence test failed because of the following tasks:",
+                     "*  => gateway : Install | The unit", "TASK [Destroy | x]"] + ["ok: [kf-node-1]"] * 500)
+    assert failures(out).splitlines() == [
+        "TASK [Verify | Two]", "fatal: [kf-node-1]: FAILED! => {\"msg\": \"boom\"}",
+        "CRITICAL Idempotence test failed because of the following tasks:", "*  => gateway : Install | The unit"]
