@@ -116,15 +116,16 @@ PHASES = [
         Suite("molecule-preflight", "kf-node-1", [scenario("preflight")]),
         Suite("preflight-sim", "kf-node-1", ["tests/preflight/test_host_checks_sim.py"]),
         # The LVM kit below the product (lvg/lvol/filesystem/mount, lvextend, faults, lvs
-        # reports): every test resets kf-node-1, so it goes last in the lane.
+        # reports): every test resets kf-node-1, so it goes late in the lane.
         Suite("sim-kit-lvm", "kf-node-1", ["tests/sim/test_kit_lvm.py"]),
+        # The model role on a fresh host (its prepare resets kf-node-1). Here rather than
+        # in kf-node-2's lane, the longest (storage-faults): the three lanes end together.
+        Suite("molecule-model", "kf-node-1", [scenario("model")]),
         # kf-node-2: storage and its fault suites (bad input, carry-over under SIGKILL, check
-        # mode, a delivered /home adopted or refused), then model and ca_trust (fresh hosts).
+        # mode, a delivered /home adopted or refused).
         Suite("molecule-storage", "kf-node-2", [scenario("storage")]),
         Suite("storage-faults", "kf-node-2", ["tests/storage"], timeout=2400),
-        Suite("molecule-model", "kf-node-2", [scenario("model")]),
-        Suite("molecule-ca_trust", "kf-node-2", [scenario("ca_trust")]),
-        # kf-node-3: the driver, the engine, and serving's bad input (fresh hosts).
+        # kf-node-3: the driver, the engine, serving's bad input and ca_trust (fresh hosts).
         Suite("molecule-driver", "kf-node-3", [scenario("driver")]),
         Suite("driver-faults", "kf-node-3", ["tests/driver"]),
         Suite("molecule-engine", "kf-node-3", [scenario("engine")]),
@@ -132,6 +133,8 @@ PHASES = [
         # machine), and daemon.json that cannot be read refused before any change.
         Suite("engine-sources", "kf-node-3", ["tests/engine"]),
         Suite("serve-bad-input", "kf-node-3", ["tests/serving/test_serve_bad_input_sim.py"]),
+        # ca_trust on a fresh host (its prepare resets kf-node-3).
+        Suite("molecule-ca_trust", "kf-node-3", [scenario("ca_trust")]),
     ],
 ]
 

@@ -3,10 +3,13 @@ and nothing changes on the host; the upgrade from an older XRE, VD cards and che
 
 Each test resets kf-node-3 (`kunlun-fleet sim-reset kf-node-3 [--fault NAME=VALUE]`), runs
 `playbooks/driver.yml --limit kf-node-3 -i inventories/sim` and compares a snapshot of
-what the role could touch, taken before and after.
+what the role could touch, taken before and after. The refusals on a host holding the
+pinned driver whose faults the kit reads at every call (firmware, power cap, card
+variant, a pending reboot) share one reset: see pinned_host.
 """
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -46,12 +49,35 @@ def _env():
                 ANSIBLE_DEPRECATION_WARNINGS='False', PATH='%s:%s' % (VENV_BIN, os.environ.get('PATH', '')))
 
 
+# Whether kf-node-3 is as pinned_host's reset left it (any other reset undoes that).
+_PINNED = {'ready': False}
+# The faults the kit's xpu-smi and lspci read at every call (not at boot or module load).
+PER_CALL = ('xpu_firmware', 'xpu_power_cap', 'xpu_card_variant')
+
+
 def sim_reset(*faults):
+    _PINNED['ready'] = False
     args = [str(VENV_BIN / 'kunlun-fleet'), 'sim-reset', HOST]
     for fault in faults:
         args += ['--fault', fault]
     proc = subprocess.run(args, cwd=REPO, env=_env(), text=True, capture_output=True, timeout=900)
     assert proc.returncode == 0, 'sim-reset %s failed:\n%s%s' % (HOST, proc.stdout, proc.stderr)
+
+
+def pinned_host(*faults):
+    """kf-node-3 holding the pinned driver, with ``faults`` (each one the kit reads at
+    every call). The first call resets the host; the next ones, while no other reset came
+    between, rewrite the kit's faults file and remove what the previous test added (a
+    pending-reboot flag, a process holding a device): each of these tests is a refusal
+    that changes nothing, which its snapshot proves, so the host is the reset's again."""
+    assert all(f.split('=', 1)[0] in PER_CALL for f in faults), faults
+    if not _PINNED['ready']:
+        sim_reset('xpu_old_driver=' + PIN, *faults)
+        _PINNED['ready'] = True
+        return
+    text = ''.join('%s\n' % f for f in ('xpu_old_driver=' + PIN,) + faults)
+    on_host('printf %%s %s > /etc/kunlun-kit/faults; rm -f /var/run/reboot-required /var/run/reboot-required.pkgs;'
+            ' pkill -x -f "sleep 100000" || true' % shlex.quote(text))
 
 
 def on_host(command, check=True):
@@ -183,31 +209,6 @@ def test_device_in_error_found_after_install():
     assert on_host('ls /etc/modules-load.d/kunlun_peermem.conf 2>/dev/null || echo none') == 'none'
 
 
-def test_firmware_below_floor():
-    sim_reset('xpu_old_driver=' + PIN, 'xpu_firmware=1.40.0.0')
-    before = snapshot()
-    proc, recap = driver_play()
-    refused(proc, recap, 'has firmware 1.40.0.0', 'at least 1.48 is required', 'Nothing was changed')
-    assert snapshot() == before
-
-
-def test_cards_in_the_low_power_mode():
-    sim_reset('xpu_old_driver=' + PIN, 'xpu_power_cap=3:120')
-    before = snapshot()
-    proc, recap = driver_play()
-    refused(proc, recap, '1 of 8 cards is capped below the full 400 W: device 3 (serial', 'at 120 W.',
-            'power limit back to 400 W with the vendor', 'Nothing was changed')
-    assert snapshot() == before
-
-
-def test_vc_and_vd_mixed():
-    sim_reset('xpu_old_driver=' + PIN, 'xpu_card_variant=mixed')
-    before = snapshot()
-    proc, recap = driver_play()
-    refused(proc, recap, 'mixes VC and VD cards: VC on 0, 1, 2, 3, VD on 4, 5, 6, 7', 'Nothing was changed')
-    assert snapshot() == before
-
-
 def test_serving_host_needing_an_upgrade_is_refused():
     sim_reset('xpu_old_driver=' + OLD)
     on_host("setsid -f sh -c 'exec sleep 100000 3</dev/xpu3' </dev/null >/dev/null 2>&1")
@@ -219,11 +220,36 @@ def test_serving_host_needing_an_upgrade_is_refused():
     assert '/usr/local/xpu/version' in before and on_host('cat /usr/local/xpu/version') == OLD
 
 
+def test_firmware_below_floor():
+    pinned_host('xpu_firmware=1.40.0.0')
+    before = snapshot()
+    proc, recap = driver_play()
+    refused(proc, recap, 'has firmware 1.40.0.0', 'at least 1.48 is required', 'Nothing was changed')
+    assert snapshot() == before
+
+
+def test_cards_in_the_low_power_mode():
+    pinned_host('xpu_power_cap=3:120')
+    before = snapshot()
+    proc, recap = driver_play()
+    refused(proc, recap, '1 of 8 cards is capped below the full 400 W: device 3 (serial', 'at 120 W.',
+            'power limit back to 400 W with the vendor', 'Nothing was changed')
+    assert snapshot() == before
+
+
+def test_vc_and_vd_mixed():
+    pinned_host('xpu_card_variant=mixed')
+    before = snapshot()
+    proc, recap = driver_play()
+    refused(proc, recap, 'mixes VC and VD cards: VC on 0, 1, 2, 3, VD on 4, 5, 6, 7', 'Nothing was changed')
+    assert snapshot() == before
+
+
 PID1_START = "sed -e 's/^.*) //' /proc/1/stat | cut -d' ' -f20"
 
 
 def test_serving_host_with_pending_reboot_is_not_rebooted():
-    sim_reset('xpu_old_driver=' + PIN)
+    pinned_host()
     on_host("touch /var/run/reboot-required; setsid -f sh -c 'exec sleep 100000 3</dev/xpu0' </dev/null >/dev/null 2>&1")
     # PID 1's start in clock ticks since the machine booted (/proc/1/stat field 22): exact,
     # where `ps -o lstart` adds the kernel's btime, which moves by a second or two under load.
@@ -236,7 +262,7 @@ def test_serving_host_with_pending_reboot_is_not_rebooted():
 
 
 def test_pending_reboot_without_permission_stops_the_host():
-    sim_reset('xpu_old_driver=' + PIN)
+    pinned_host()
     on_host('touch /var/run/reboot-required')
     before = snapshot()
     proc, recap = driver_play()

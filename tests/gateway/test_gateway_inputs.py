@@ -199,3 +199,32 @@ def test_rollout_drains_the_worker_the_router_lists(inventory, tmp_path):
     assert router.calls == [("/remove_worker", "http://10.30.1.12:8000"), ("/add_worker", "http://10.30.1.12:8000")], \
         (router.calls, out[-3000:])
     assert sorted(router.urls) == sorted(listed)
+
+
+@pytest.mark.parametrize("setting, shown", [
+    ({"gateway_router_host": "0.0.0.0"}, "gateway_router_host 0.0.0.0 and"),
+    ({"gateway_metrics_host": "10.20.1.11"}, "gateway_metrics_host 10.20.1.11 must be loopback addresses"),
+    ({"gateway_router_port": 8080}, "gateway_port 8080, gateway_router_port 8080"),
+    ({"gateway_metrics_port": 8081}, "gateway_metrics_port 8081 must differ"),
+    ({"gateway_tls_cert": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"},
+     "gateway_tls_cert and gateway_tls_key must be given together"),
+], ids=["router-not-on-loopback", "metrics-not-on-loopback", "router-on-the-public-port",
+        "metrics-on-the-router-port", "certificate-without-key"])
+def test_an_open_endpoint_is_refused_on_the_controller(inventory, tmp_path, setting, shown):
+    """Settings that would open the router's unauthenticated admin API or its metrics to
+    the network, or give the proxy half a TLS pair: refused by the controller step, naming
+    the variable and its value, before any host is contacted."""
+    import json
+
+    play = tmp_path / "open.yml"
+    play.write_text(yaml.safe_dump([{
+        "name": "open", "hosts": "gw-01", "gather_facts": False,
+        "tasks": [{"name": "controller", "ansible.builtin.include_role": {"name": "gateway", "tasks_from": "controller"},
+                   "vars": {"gateway_install_from": "index", "vault_kunlun_api_key": "k" * 20}},
+                  {"name": "after", "ansible.builtin.debug": {"msg": "REACHED"}}]}]))
+    rc, out = run_playbook(inventory, str(play), tmp_path, "-e", json.dumps(setting))
+    assert rc != 0, out[-3000:]
+    text = " ".join(out.split())
+    assert "cannot make a closed endpoint" in text and shown in text, out[-3000:]
+    assert "Nothing was changed. Fix the variables in the inventory." in text
+    assert "REACHED" not in out and "k" * 20 not in out
