@@ -142,9 +142,9 @@ PHASES = [
 # the shared fleet's hosts. They run at a low CPU priority (nice 10: a CPU weight of 110
 # against the critical path's 1024), so the shared fleet's lanes, which make the run's
 # critical path, take the cores first and these fill what those leave idle. At nice 5
-# (weight 335) one of them still took a quarter of a core it contended for with the
-# e2e, and in ci-18 the local lane was done 10 minutes before phase 1 ended, the large
-# lane 8: they have room to wait. Not lower: their tests wait with timeouts too, and a
+# (weight 335) one of them would get a quarter of a core it contends for with the e2e;
+# in ci-18 the local lane was done 10 minutes before phase 1 ended, the large lane 8:
+# they have room to wait. Not lower: their tests wait with timeouts too, and a
 # starved process meets them.
 BACKGROUND = [
     Suite("lint", "local", [], command=["make", "--no-print-directory", "lint"]),

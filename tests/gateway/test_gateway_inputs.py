@@ -61,16 +61,21 @@ def test_worker_urls_from_the_inventory(inventory, tmp_path):
         "http://10.20.1.11:8000", "http://10.20.1.12:8000", "http://10.20.1.13:8000", "http://p800-a04:8000"]
 
 
+def run_controller_step(inventory, tmp_path, msg, *extra):
+    """The gateway role's controller step on gw-01, then a debug task printing ``msg``."""
+    play = tmp_path / "controller.yml"
+    play.write_text(yaml.safe_dump([{
+        "name": "controller", "hosts": "gw-01", "gather_facts": False,
+        "tasks": [{"name": "controller", "ansible.builtin.include_role": {"name": "gateway", "tasks_from": "controller"},
+                   "vars": {"gateway_install_from": "index", "vault_kunlun_api_key": "k" * 20}},
+                  {"name": "after", "ansible.builtin.debug": {"msg": msg}}]}]))
+    return run_playbook(inventory, str(play), tmp_path, *extra)
+
+
 def router_worker_urls(inventory, tmp_path, *extra):
     """The worker list the gateway stage writes into the router's unit (gateway_worker_urls)."""
-    play = tmp_path / "urls.yml"
-    play.write_text(yaml.safe_dump([{
-        "name": "urls", "hosts": "gw-01", "gather_facts": False,
-        "tasks": [{"name": "urls", "ansible.builtin.include_role": {"name": "gateway", "tasks_from": "controller"},
-                   "vars": {"gateway_install_from": "index", "vault_kunlun_api_key": "k" * 20}},
-                  # Comma-joined: no space, so the output callback never wraps the line.
-                  {"name": "show", "ansible.builtin.debug": {"msg": "URLS={{ gateway_worker_urls | join(',') }}"}}]}]))
-    rc, out = run_playbook(inventory, str(play), tmp_path, *extra)
+    # Comma-joined: no space, so the output callback never wraps the line.
+    rc, out = run_controller_step(inventory, tmp_path, "URLS={{ gateway_worker_urls | join(',') }}", *extra)
     assert rc == 0, out[-3000:]
     return out.split("URLS=", 1)[1].split("\n", 1)[0].strip().strip("'").split(",")
 
@@ -216,13 +221,7 @@ def test_an_open_endpoint_is_refused_on_the_controller(inventory, tmp_path, sett
     the variable and its value, before any host is contacted."""
     import json
 
-    play = tmp_path / "open.yml"
-    play.write_text(yaml.safe_dump([{
-        "name": "open", "hosts": "gw-01", "gather_facts": False,
-        "tasks": [{"name": "controller", "ansible.builtin.include_role": {"name": "gateway", "tasks_from": "controller"},
-                   "vars": {"gateway_install_from": "index", "vault_kunlun_api_key": "k" * 20}},
-                  {"name": "after", "ansible.builtin.debug": {"msg": "REACHED"}}]}]))
-    rc, out = run_playbook(inventory, str(play), tmp_path, "-e", json.dumps(setting))
+    rc, out = run_controller_step(inventory, tmp_path, "REACHED", "-e", json.dumps(setting))
     assert rc != 0, out[-3000:]
     text = " ".join(out.split())
     assert "cannot make a closed endpoint" in text and shown in text, out[-3000:]

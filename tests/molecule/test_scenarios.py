@@ -33,10 +33,21 @@ def failures(out):
     for i, line in enumerate(lines):
         if line.startswith("TASK ["):
             task = line.rstrip("* ")
-        elif re.match(r"(fatal|failed): \[", line) and "...ignoring" not in "".join(lines[i + 1:i + 3]):
+        elif re.match(r"(fatal|failed): \[", line) and not ignored(lines[i + 1:]):
             found += [task, line[:1500]]
         elif ("CRITICAL" in line and "glob failed" not in line) or "ERROR]" in line:
             # Idempotence names the tasks that changed on the lines after it. (Every run
             # says it found no molecule/default: that one is not a failure.)
             found += [line[:1500]] + [l[:300] for l in lines[i + 1:i + 8] if l.lstrip().startswith("*")]
     return "\n".join(found[-20:]) or "(no failed task in the output)"
+
+
+def ignored(rest):
+    """Whether the failure whose result these lines continue was ignored: Ansible prints
+    "...ignoring" after the result, which may span many lines (YAML), before the next task."""
+    for line in rest:
+        if line.startswith(("TASK [", "PLAY ", "RUNNING HANDLER [")) or re.match(r"(fatal|failed|ok|changed): \[", line):
+            return False
+        if line.strip() == "...ignoring":
+            return True
+    return False
