@@ -32,7 +32,8 @@ VLLM_METRICS_SRC = ROOT / "kunlun_fleet" / "sim" / "artifacts" / "vllm_src" / "v
 
 # vllm-router 0.1.17 (its src/metrics.rs, the vLLM project's router): the series the
 # dashboard or the rules may use. The gateway role relies on vllm_router_running_requests
-# (drain) and its molecule scenario on vllm_router_processed_requests_total.
+# (drain) and its molecule scenario on vllm_router_processed_requests_total (counted only
+# when the policy chose among two or more healthy workers: not a per-worker request total).
 ROUTER_METRICS = frozenset({
     "vllm_router_requests_total",
     "vllm_router_request_errors_total",

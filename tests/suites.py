@@ -293,7 +293,10 @@ def run_suite(suite):
                PATH="%s:%s" % (ROOT / ".venv" / "bin", os.environ.get("PATH", "")))
     if suite.fleet_up:
         env["KF_SIM_FLEET_UP"] = "1"
-    cmd = suite.command or [PYTEST, "-p", "no:cacheprovider", "-q", "-m", suite.marks, *suite.paths]
+    # --durations: each suite's log ends with its slowest steps (setup, call, teardown of
+    # 5 s and more), where the next cut of the run's time is looked for.
+    cmd = suite.command or [PYTEST, "-p", "no:cacheprovider", "-q", "--durations=30", "--durations-min=5",
+                            "-m", suite.marks, *suite.paths]
     if suite.nice:
         cmd = ["nice", "-n", str(suite.nice), *cmd]
     log("start %s (lane %s%s)" % (suite.name, suite.lane, ", nice %d" % suite.nice if suite.nice else ""))
