@@ -31,7 +31,8 @@ __metaclass__ = type
 HEADER_BYTES = 4096
 
 # Installer kinds: how each names itself in its header. First the makeself label
-# (label="..."), then the header comments of the vendors' and the sim's installers.
+# (label="..."), then a header comment that names the installer and its version
+# ("# XRE self-extracting installer, version 5.0.21.26"), for a script not made by makeself.
 INSTALLERS = {
     "xre": {
         "what": "the XRE driver installer",

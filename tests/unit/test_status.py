@@ -886,3 +886,31 @@ def test_alerts_in_the_table():
     assert skipped["alerts"] == [] and skipped["lists"] is None
     assert "alerts" not in status.render_table(dict(sample_doc(), alerts=status.alerts_view([])))
     assert json.loads(status.render_json(doc))["alerts"]["firing"][0]["alert"] == "KunlunServingHostDown"
+
+
+def test_status_with_its_gateway_and_monitoring_host_unreachable(local_fleet):
+    """The gateway host and the monitoring host do not answer SSH: the status playbook's
+    delegated reads (the router's list, the gateway's unit, Prometheus's alerts) fail on a
+    dead connection. The run still reads the serving host and prints its document: the
+    gateway is a value (not answering, the host not known to be in it), the monitor is
+    named with its error, and the exit code says unhealthy, not that the run broke."""
+    inv = Path(local_fleet["inv"])
+    hosts = yaml.safe_load((inv / "hosts.yml").read_text())
+    dead = {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_ssh_timeout": 3,
+            "ansible_ssh_retries": 0}
+    hosts["all"]["children"]["gateways"]["hosts"] = {"gw": dict(dead, ansible_port=closed_port())}
+    hosts["all"]["children"]["monitoring"] = {"hosts": {"mon": dict(dead, ansible_port=closed_port())}}
+    (inv / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    code, text = run_status(local_fleet, "kf-a", True)
+    doc = json.loads(text)
+    row = {r["host"]: r for r in doc["hosts"]}["kf-a"]
+    assert code == 2 and doc["exit_code"] == 2, (code, text[-3000:])
+    assert row["reachable"] and row["service"]["active"] == "active", row
+    assert row["gateway"]["state"] == "unknown", row["gateway"]
+    assert row["gateway"]["detail"].startswith("gateway gw unreachable: "), row["gateway"]
+    assert row["reasons"] == ["not in the gateway: %s" % row["gateway"]["detail"]]
+    assert doc["gateways"]["gw"]["answering"] is False, doc["gateways"]
+    assert doc["alerts"]["monitors"]["mon"].startswith("unreachable: "), doc["alerts"]
+    assert doc["alerts"]["firing"] == []
+    summary = summary_of_last_run(local_fleet)
+    assert all(c["changed"] == 0 for c in summary["hosts"].values()), summary["hosts"]
