@@ -55,11 +55,9 @@ def scenario(name):
 
 
 class Suite:
-    def __init__(self, name, lane, paths, marks=SLOW, timeout=1800, command=None, after=None, env=None):
+    def __init__(self, name, lane, paths, marks=SLOW, timeout=1800, command=None, after=None):
         self.name, self.lane, self.paths, self.marks = name, lane, paths, marks
         self.timeout, self.command = timeout, command
-        # Extra environment of the suite's process.
-        self.env = env or {}
         # Another suite (of another lane) this one starts after, when both run.
         self.after = after
         self.done = threading.Event()
@@ -80,10 +78,7 @@ PHASES = [
         # sim-up 3 must not race a host lane's reset. Then first contact: host keys on a
         # copy of the inventory, and a bootstrap of kf-node-3 reset password-only (reset
         # to a plain host after; the e2e starts from bare hosts anyway).
-        # The e2e after it resets all three hosts first: the host the bootstrap test left
-        # password-only is not reset at the session's end as well (KF_SIM_NEXT_RESETS).
-        Suite("sim-kit", "fleet", ["tests/sim/test_fleet.py", "tests/sim/test_first_contact.py"],
-              env={"KF_SIM_NEXT_RESETS": "1"}),
+        Suite("sim-kit", "fleet", ["tests/sim/test_fleet.py", "tests/sim/test_first_contact.py"]),
         # Bare hosts (kf-node-3 as servers are delivered: /home an ext4 LVM volume with
         # users' files): check mode first (runs to the end, changes nothing, predicts the
         # real run stage by stage), then every stage for real, then the operator's checks;
@@ -298,7 +293,6 @@ def run_suite(suite):
                PATH="%s:%s" % (ROOT / ".venv" / "bin", os.environ.get("PATH", "")))
     if suite.fleet_up:
         env["KF_SIM_FLEET_UP"] = "1"
-    env.update(suite.env)
     # --durations: each suite's log ends with its slowest steps (setup, call, teardown of
     # 5 s and more), where the next cut of the run's time is looked for.
     cmd = suite.command or [PYTEST, "-p", "no:cacheprovider", "-q", "--durations=30", "--durations-min=5",

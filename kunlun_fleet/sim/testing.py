@@ -111,9 +111,7 @@ def _hosts_to_reset(sim_fleet):
     each, five or more times per fault suite)."""
     used = set()
     yield used
-    # tests/suites.py sets KF_SIM_NEXT_RESETS=1 for a suite whose successor resets every
-    # host it starts from (sim-kit, before the e2e): a reset here would be done twice.
-    if used and os.environ.get("KF_SIM_NEXT_RESETS") != "1":
+    if used:
         sim("sim-reset", *[str(index) for index in sorted(used)], check=False)
 
 
