@@ -355,6 +355,12 @@ def closed_port():
         return s.getsockname()[1]
 
 
+def dead_host():
+    """Inventory variables of a host whose SSH port refuses connections (fails fast)."""
+    return {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": closed_port(),
+            "ansible_ssh_timeout": 3, "ansible_ssh_retries": 0}
+
+
 def test_requests_from_the_local_metrics():
     server, port = serve_http({"/metrics": (200, METRICS)})
     try:
@@ -763,8 +769,7 @@ def local_fleet(tmp_path, monkeypatch):
             "kf-a": dict(local, kunlun_stack_serving_address="10.9.0.1", driver_facts_file=str(fake / "a.fact")),
             "kf-b": dict(local, kunlun_stack_serving_address="10.9.0.2", driver_facts_file=str(fake / "b.fact"),
                          serve_service_name="kunlun-serve-b"),
-            "kf-far": {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": closed_port(),
-                       "ansible_ssh_timeout": 3, "ansible_ssh_retries": 0}}},
+            "kf-far": dead_host()}},
         "gateways": {"hosts": {"gw": local}}}}}
     (inv / "hosts.yml").write_text(yaml.safe_dump(hosts))
     (inv / "group_vars/all/serving.yml").write_text(yaml.safe_dump(
@@ -896,10 +901,8 @@ def test_status_with_its_gateway_and_monitoring_host_unreachable(local_fleet):
     named with its error, and the exit code says unhealthy, not that the run broke."""
     inv = Path(local_fleet["inv"])
     hosts = yaml.safe_load((inv / "hosts.yml").read_text())
-    dead = {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_ssh_timeout": 3,
-            "ansible_ssh_retries": 0}
-    hosts["all"]["children"]["gateways"]["hosts"] = {"gw": dict(dead, ansible_port=closed_port())}
-    hosts["all"]["children"]["monitoring"] = {"hosts": {"mon": dict(dead, ansible_port=closed_port())}}
+    hosts["all"]["children"]["gateways"]["hosts"] = {"gw": dead_host()}
+    hosts["all"]["children"]["monitoring"] = {"hosts": {"mon": dead_host()}}
     (inv / "hosts.yml").write_text(yaml.safe_dump(hosts))
     code, text = run_status(local_fleet, "kf-a", True)
     doc = json.loads(text)
