@@ -20,6 +20,9 @@ class Load:
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.ok, self.failed, self.tokens = 0, [], 0
+        # When each served request ended (time.monotonic(): CLOCK_MONOTONIC, the clock a
+        # host's systemd stamps its units' starts with, so the two can be ordered).
+        self.served_at = []
         self.started = self.ended = None
         self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(clients)]
 
@@ -48,6 +51,7 @@ class Load:
                     if text and finish and tokens:
                         self.ok += 1
                         self.tokens += tokens
+                        self.served_at.append(time.monotonic())
                     else:
                         self.failed.append("incomplete answer: finish_reason=%r, completion_tokens=%r, %d characters"
                                            % (finish, tokens, len(text)))

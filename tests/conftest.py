@@ -22,11 +22,12 @@ for extra in (ROOT / "library", ROOT):
 
 # The sim fleet's API key (made once, as sim-up does) and its vault password for every
 # ansible command the suites run, whichever way they build their environment.
+# In a scratch lane the session's fleet is the lane's own (KF_SIM_INVENTORY).
 from kunlun_fleet import vault  # noqa: E402 (sys.path set just above)
-from kunlun_fleet.sim.config import INVENTORY_DIR  # noqa: E402
+from kunlun_fleet.sim.testing import INVENTORY  # noqa: E402
 
-vault.ensure_api_key(INVENTORY_DIR)
-os.environ.setdefault("ANSIBLE_VAULT_PASSWORD_FILE", vault.paths(INVENTORY_DIR)[0])
+vault.ensure_api_key(INVENTORY)
+os.environ.setdefault("ANSIBLE_VAULT_PASSWORD_FILE", vault.paths(INVENTORY)[0])
 
 
 @pytest.fixture(scope="session")

@@ -49,7 +49,7 @@ DOCKERFILE = """\
 FROM {rootfs}
 RUN apt-get update \\
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {apt} \\
- && rm -rf /var/lib/apt/lists/*
+ && apt-get clean && rm -rf /var/lib/apt/lists/*
 ADD python310.tar /
 RUN mkdir -p "$(dirname {orig_prefix})" && ln -s {prefix} {orig_prefix} \\
  && echo {prefix}/lib > /etc/ld.so.conf.d/python3.10.conf && ldconfig \\
@@ -107,12 +107,15 @@ def base_key(py_prefix):
 
 
 def _python_tar(py_prefix, dest):
-    """The 3.10 installation as a tar rooted at /opt/python3.10 (without its test suite)."""
+    """The 3.10 installation as a tar rooted at /opt/python3.10, without its test suite and
+    its static libpython (for embedding; extensions link against nothing on Linux)."""
     skip = (os.sep + os.path.join("lib", "python3.10", "test"), os.sep + os.path.join("lib", "python3.10", "site-packages"))
 
     def keep(info):
         rel = "/" + info.name.split("/", 2)[-1] if info.name.count("/") >= 2 else ""
         if any(rel == s or rel.startswith(s + "/") for s in skip) or "__pycache__" in info.name:
+            return None
+        if info.name.endswith(".a") and os.path.basename(info.name).startswith("libpython"):
             return None
         info.uid = info.gid = 0
         info.uname = info.gname = "root"

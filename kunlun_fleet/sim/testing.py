@@ -4,7 +4,12 @@ Fixtures: ``sim_fleet`` (ONE 3-host fleet per session: `sim-up 3` once, kept aft
 session unless KF_SIM_TEARDOWN=1) and ``fresh_host`` (reset a host, optionally with fault
 switches; the session resets it again when it ends). Load them everywhere with
 ``pytest_plugins = ["kunlun_fleet.sim.testing"]`` in the top-level tests/conftest.py.
-Helpers reach hosts the way the product does: ansible / ssh with checked host keys."""
+Helpers reach hosts the way the product does: ansible / ssh with checked host keys.
+
+A scratch lane (tests/suites.py) gives a suite a host of its own instead of one of the
+shared fleet's: KF_SIM_INVENTORY names that host's own inventory (a one-host fleet) and
+KF_LANE_HOST the host (kf-node-N). A suite written for "its host" asks ``lane_host(N)``:
+the scratch host when it has one, else kf-node-N of the shared fleet."""
 
 import os
 import re
@@ -13,8 +18,12 @@ import sys
 
 import pytest
 
-from .config import INVENTORY_DIR as INVENTORY
+from . import config
 from .config import REPO_ROOT as REPO
+
+# The inventory of the fleet this session tests: a scratch lane's own, or the shared one.
+INVENTORY = os.environ.get("KF_SIM_INVENTORY") or config.INVENTORY_DIR
+LANE_HOST = os.environ.get("KF_LANE_HOST") or None
 
 VENV_BIN = os.path.dirname(sys.executable)
 PLAYBOOKS = os.path.join(REPO, "tests", "sim", "playbooks")
@@ -27,6 +36,24 @@ def sim(*args, check=True):
     if check and proc.returncode != 0:
         raise AssertionError("sim %s failed (rc=%d):\n%s" % (" ".join(args), proc.returncode, proc.stdout))
     return proc
+
+
+def lane_host(default_index):
+    """(index, host name) of the host this suite owns: the scratch lane's (KF_LANE_HOST),
+    or kf-node-<default_index> of the shared fleet."""
+    if LANE_HOST:
+        index = config.index_of(LANE_HOST)
+        if index is None:
+            raise ValueError("KF_LANE_HOST=%r is not a sim host name (kf-node-N)" % LANE_HOST)
+        return index, config.host_name(index)
+    return default_index, config.host_name(default_index)
+
+
+def closing_resets():
+    """Whether a suite resets the hosts it used when it ends. Not in a scratch lane: there
+    every suite resets its host first (tests/suites.py), so a closing reset would only be
+    undone by the next suite's opening one."""
+    return not LANE_HOST
 
 
 def _env():
@@ -88,10 +115,22 @@ def refuse_port(host_index, port, on, chain="INPUT"):
 
 @pytest.fixture(scope="session")
 def sim_fleet():
-    """The shared 3-host fleet (brought up once; torn down only with KF_SIM_TEARDOWN=1)."""
+    """The session's fleet: the shared 3-host fleet, or a scratch lane's one host (brought up
+    once; torn down only with KF_SIM_TEARDOWN=1)."""
     if os.geteuid() != 0:
         pytest.skip("the sim fleet needs root (loop devices, its own dockerd)")
-    if os.environ.get("KF_SIM_FLEET_UP") == "1":
+    if LANE_HOST:
+        # A scratch lane: its one host in an inventory of its own (the fleet beside the
+        # shared one yields the CPU to it). A host that answers is left as the last suite
+        # left it (sim-up would recreate one whose fault switches differ from none: every
+        # suite of the lane resets its host first anyway).
+        from . import fleet
+        index, _ = lane_host(0)
+        if os.path.exists(os.path.join(INVENTORY, "hosts.yml")) and fleet.ssh_ok(index):
+            yield None
+        else:
+            yield sim("sim-up", "1", "--first", str(index), "--inventory", INVENTORY)
+    elif os.environ.get("KF_SIM_FLEET_UP") == "1":
         # tests/suites.py's phase 2: phase 1 brought the fleet up (sim-up --refresh) and
         # each lane now owns one host. A sim-up here would check the other lanes' hosts too,
         # and fail on one that a test of its lane is rebooting.
@@ -100,7 +139,7 @@ def sim_fleet():
         # --refresh: the session tests the current kit, not hosts made from an older image.
         yield sim("sim-up", "3", "--refresh")
     if os.environ.get("KF_SIM_TEARDOWN") == "1":
-        sim("sim-down")
+        sim(*(["sim-down", "--inventory", INVENTORY] if LANE_HOST else ["sim-down"]))
 
 
 @pytest.fixture(scope="session")
@@ -111,7 +150,7 @@ def _hosts_to_reset(sim_fleet):
     each, five or more times per fault suite)."""
     used = set()
     yield used
-    if used:
+    if used and closing_resets():
         sim("sim-reset", *[str(index) for index in sorted(used)], check=False)
 
 

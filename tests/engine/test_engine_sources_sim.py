@@ -1,4 +1,5 @@
-"""The engine stage on sim host kf-node-3 from Docker's apt repository (engine_source: docker),
+"""The engine stage on one sim host (kf-node-3, or a scratch lane's) from Docker's apt
+repository (engine_source: docker),
 and its refusal of an unreadable daemon.json.
 
 download.docker.com is not reachable here: a stand-in repository (kunlun_fleet/sim/apt_repo.py:
@@ -26,13 +27,15 @@ from pathlib import Path
 
 import pytest
 
+from kunlun_fleet.sim import testing
+
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
-INVENTORY = REPO / "inventories" / "sim"
-HOST = "kf-node-3"
-INDEX = 3
+# The suite's host and its inventory: a scratch lane's, or kf-node-3 of the shared fleet.
+INVENTORY = Path(testing.INVENTORY)
+INDEX, HOST = testing.lane_host(3)
 
 # What the engine stage may change, and what must stay as it was when it is not to change.
 SNAPSHOT = r"""
@@ -66,7 +69,7 @@ def on_host(command, check=True):
 
 
 def play(playbooks, *args):
-    """ansible-playbook <playbooks> --limit kf-node-3; (proc, recap of the last play recap)."""
+    """ansible-playbook <playbooks> --limit HOST; (proc, recap of the last play recap)."""
     proc = subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", str(INVENTORY)]
                           + [str(REPO / "playbooks" / p) for p in playbooks] + ["--limit", HOST] + list(args),
                           cwd=REPO, env=_env(), text=True, capture_output=True, timeout=1800)
@@ -127,7 +130,8 @@ def docker_repo(sim_fleet, tmp_path_factory):
 @pytest.fixture(scope="module")
 def runs(docker_repo):
     """A fresh host: check mode, then storage + engine from the repository, then engine again.
-    kf-node-3 is reset again at the end (the next suite in the lane finds it fresh)."""
+    The host is reset again at the end (the next suite in the lane finds it fresh), except in
+    a scratch lane, where the next suite resets it first."""
     extra = ["-e", "engine_source=docker", "-e", "engine_docker_repo_url=" + docker_repo["url"],
              "-e", "engine_docker_repo_key_url=" + docker_repo["key_url"]]
     sim_reset()
@@ -138,7 +142,8 @@ def runs(docker_repo):
     found["second"] = play(["engine.yml"], *extra)
     found["check_converged"] = play(["engine.yml"], "--check", "--diff", *extra)
     yield found
-    sim_reset()
+    if testing.closing_resets():
+        sim_reset()
 
 
 def test_check_mode_announces_and_changes_nothing(runs):

@@ -174,6 +174,20 @@ def test_dead_source_falls_back_to_the_bundle(restore):
         assert ssh(index, "find %s -type f | wc -l" % PARTIAL).stdout.strip() == "0"
 
 
+def wait_closed(index, path, timeout=180):
+    """Until no process of sim host ``index`` has ``path`` open (its /proc, read through
+    the sim engine, which works while the host's SSH is refused)."""
+    from kunlun_fleet.sim import config, engine
+    probe = "ls -l /proc/[0-9]*/fd 2>/dev/null | grep -c -F -- %s || true" % path
+    deadline = time.monotonic() + timeout
+    while True:
+        held = engine.docker("exec", config.container_name(index), "sh", "-c", probe).stdout.strip()
+        if held == "0":
+            return
+        assert time.monotonic() < deadline, "%s is still open on kf-node-%d after %d s" % (path, index, timeout)
+        time.sleep(1)
+
+
 def _cut_off(index, on):
     """Take a sim host off the network as a dead link would: SSH refused (Ansible loses
     it) and its own connections to the peers' shares reset (its transfer stops where it is)."""
@@ -200,8 +214,9 @@ def test_host_unreachable_mid_distribution_others_finish_next_run_resumes(restor
         out2 = ssh(2, "cd %s && sha256sum --check --strict ../%s.sha256" % (MODEL, DIRNAME)).stdout
         assert out2.count(": OK") == 7, out2
         # the cut host's fetch (left running by the lost connection) gives up after
-        # model_peer_timeout: no source is reachable from it
-        time.sleep(12)
+        # model_peer_timeout, no source being reachable from it: wait until no process on
+        # the host holds its partial file open any more (through the sim engine: SSH is cut)
+        wait_closed(3, "%s/%s" % (PARTIAL, BIG))
     finally:
         if proc.poll() is None:
             proc.kill()

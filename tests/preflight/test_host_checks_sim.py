@@ -7,14 +7,17 @@ from pathlib import Path
 
 import pytest
 
+from kunlun_fleet.sim.testing import INVENTORY, lane_host
+
 ROOT = Path(__file__).resolve().parents[2]
-HOST = "kf-node-1"
+# The suite's host: a scratch lane's, or kf-node-1 of the shared fleet.
+INDEX, HOST = lane_host(1)
 pytestmark = pytest.mark.sim
 
 
 def preflight(*extra):
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0")
-    proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", "inventories/sim",
+    proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", INVENTORY,
                            "playbooks/preflight.yml", "--limit", HOST, *extra], cwd=ROOT, env=env, text=True,
                           capture_output=True, timeout=900)
     return proc.returncode, proc.stdout + proc.stderr
@@ -27,7 +30,7 @@ def said(out):
 
 
 def test_xpu_smi_reports_seven_of_eight(fresh_host):
-    fresh_host(1, "xpu_devices=7", "xpu_old_driver=5.0.21.26")
+    fresh_host(INDEX, "xpu_devices=7", "xpu_old_driver=5.0.21.26")
     rc, out = preflight()
     assert rc != 0
     assert "%s: xpu-smi reports 7 devices where 8 are expected" % HOST in out, out[-4000:]
@@ -35,7 +38,7 @@ def test_xpu_smi_reports_seven_of_eight(fresh_host):
 
 
 def test_data_disk_holding_a_filesystem(fresh_host):
-    fresh_host(1, "disk_has_fs=1")
+    fresh_host(INDEX, "disk_has_fs=1")
     rc, out = preflight()
     assert rc != 0
     assert "%s: /dev/vdb holds ext4" % HOST in out, out[-4000:]
@@ -43,7 +46,7 @@ def test_data_disk_holding_a_filesystem(fresh_host):
 
 
 def test_fresh_host_passes(fresh_host):
-    fresh_host(1)
+    fresh_host(INDEX)
     rc, out = preflight()
     assert rc == 0, out[-4000:]
     assert "/dev/vdb: empty" in out
@@ -56,7 +59,7 @@ SERIAL = r"02K[0-9A-F]{6}%04d"
 def test_a_card_in_the_low_power_mode_is_refused_or_warned_about(fresh_host):
     """One host, card 3 capped at 120 W: refused by default, naming the card and the fix;
     with kunlun_stack_require_full_power false, a warning and the run goes on."""
-    fresh_host(1, "xpu_power_cap=3:120", "xpu_old_driver=5.0.21.26")
+    fresh_host(INDEX, "xpu_power_cap=3:120", "xpu_old_driver=5.0.21.26")
     rc, out = preflight()
     text = said(out)
     assert rc != 0

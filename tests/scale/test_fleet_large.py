@@ -1,10 +1,11 @@
-"""The large lane: a fleet of its own, twelve bare sim hosts (kf-node-21..32: eleven serving
-hosts and a dedicated gateway host, as `sim-up` lays out five hosts and more) in their own
-inventory, for what scales with the number of hosts.
+"""The large lane: a fleet of its own, bare sim hosts from kf-node-21 (six in CI: five
+serving hosts and a dedicated gateway host, as `sim-up` lays out five hosts and more;
+KF_LARGE_FLEET_HOSTS=12 for the twelve the fleet-scale figures of docs/performance.md were
+measured on) in their own inventory, for what scales with the number of hosts.
 
 Preflight, storage and driver on all of them in one run, as an operator runs them
 (`kunlun-fleet deploy --only`), with one host whose kernel headers are missing: the driver
-stage fails on that host alone, the ten others finish, and the run's report and its printed
+stage fails on that host alone, the others finish, and the run's report and its printed
 resume command name the host and the stage. The headers put back (as an operator installs
 them), the printed command finishes the job; then an unchanged re-run of the same stages
 (changed=0 on every host). The fleet's start time and memory go to
@@ -27,7 +28,9 @@ from kunlun_fleet.sim.config import SIM_HOME, container_name, host_name
 from kunlun_fleet.sim.testing import recap, sim, ssh
 
 ROOT = Path(__file__).resolve().parents[2]
-COUNT = 12
+# Six hosts prove what a test here asserts (a dedicated gateway host from five on, one host
+# failing alone while the others finish, the resume, the unchanged re-run); more only cost.
+COUNT = int(os.environ.get("KF_LARGE_FLEET_HOSTS", "6"))
 FIRST = 21
 INDEXES = list(range(FIRST, FIRST + COUNT))
 SERVING = [host_name(i) for i in INDEXES[:-1]]
@@ -102,10 +105,11 @@ def keep(figures):
     (ROOT / "reports" / "fleet-large.json").write_text(json.dumps(figures, indent=2) + "\n")
 
 
-def test_twelve_hosts_up_and_reachable_with_checked_keys(large_fleet):
+def test_the_hosts_up_and_reachable_with_checked_keys(large_fleet):
+    assert COUNT >= 5, "KF_LARGE_FLEET_HOSTS=%d: the lane needs five hosts or more (a dedicated gateway host)" % COUNT
     assert "fleet of %d up" % COUNT in large_fleet["sim_up"], large_fleet["sim_up"][-2000:]
     hosts = Path(INVENTORY, "hosts.yml").read_text()
-    # Eleven serving hosts; the twelfth is the gateway host only.
+    # Every host but the last serves; the last is the gateway host only.
     for name in SERVING:
         assert "%s:" % name in hosts
     assert re.search(r"gateways:\n\s+hosts:\n\s+%s:" % host_name(INDEXES[-1]), hosts), hosts
@@ -149,7 +153,7 @@ def test_stages_converge_all_serving_hosts_then_change_nothing(large_fleet):
     assert len(fact["devices"]) == 8, fact
     # The new hosts really got the stages: the logical volume mounted at /home with XFS,
     # the driver with every accelerator (its facts file).
-    for index in (INDEXES[0], INDEXES[5], INDEXES[-2]):
+    for index in (INDEXES[0], INDEXES[len(SERVING) // 2], INDEXES[-2]):
         assert ssh(index, "lvs --noheadings -o lv_name data/home").stdout.strip() == "home", index
         assert ssh(index, "findmnt -n -o FSTYPE --mountpoint /home").stdout.strip() == "xfs", index
         fact = json.loads(ssh(index, "cat /etc/ansible/facts.d/xpu.fact").stdout)

@@ -1,13 +1,15 @@
-"""Serve refuses bad input on a sim host before it changes anything there."""
+"""Serve refuses bad input on a sim host (kf-node-3, or a scratch lane's) before it changes
+anything there."""
 
 import os
 import subprocess
 
 import pytest
 
-from kunlun_fleet.sim.testing import INVENTORY, REPO, VENV_BIN, _env, ssh
+from kunlun_fleet.sim.testing import INVENTORY, REPO, VENV_BIN, _env, lane_host, ssh
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
+INDEX, HOST = lane_host(3)
 
 
 def serve(*extra):
@@ -22,18 +24,18 @@ def nothing_written(host):
 
 
 def test_serving_port_taken_by_another_program(fresh_host):
-    host = fresh_host(3)
+    host = fresh_host(INDEX)
     ssh(host, "systemd-run --unit kf-port-squatter python3 -m http.server 8000 --bind 0.0.0.0 && sleep 1")
-    rc, out = serve("--limit", "kf-node-3")
+    rc, out = serve("--limit", HOST)
     assert rc != 0, out[-3000:]
-    assert "Port 8000 on kf-node-3 is taken by another program" in out, out[-3000:]
+    assert "Port 8000 on %s is taken by another program" % HOST in out, out[-3000:]
     assert "kunlun_stack_serving.port" in out
     assert nothing_written(host)
 
 
 def test_no_api_key_in_the_vault(fresh_host):
-    host = fresh_host(3)
-    rc, out = serve("--limit", "kf-node-3", "-e", "vault_kunlun_api_key=''")
+    host = fresh_host(INDEX)
+    rc, out = serve("--limit", HOST, "-e", "vault_kunlun_api_key=''")
     assert rc != 0
     assert "No API key for the fleet" in out and "kunlun-fleet api-key -i <inventory>" in out, out[-3000:]
     assert nothing_written(host)

@@ -1,21 +1,21 @@
 """The sim hosts' LVM kit (below the product: device-mapper is what this machine lacks),
 tested through the real interfaces: the stock community modules over SSH, real loop
-devices and XFS. Every test resets one host (HOST) before and after itself, so the suite
-runs in that host's lane (phase 2, after the host's other suites)."""
+devices and XFS. Every test resets its host (HOST: a scratch lane's, or kf-node-1 of the
+shared fleet) first, so the suite runs in a lane that owns that host."""
 
 import json
 
 import pytest
 
-from kunlun_fleet.sim.config import host_name
-from kunlun_fleet.sim.testing import playbook, sim, ssh
+from kunlun_fleet.sim.testing import lane_host, playbook, sim, ssh
 
 pytestmark = pytest.mark.sim
 
 T = 1 << 40
-HOST = 1
-NAME = host_name(HOST)
-OTHER = 3  # a host that must not see HOST's physical volumes (only reads)
+HOST, NAME = lane_host(1)
+# Another host that must not see HOST's physical volumes (only read): every loop device is
+# global, and each host's LVM filter accepts only its own data disk.
+OTHER = 3 if HOST == 1 else 1
 
 
 def test_lvg_lvol_filesystem_mount_give_writable_xfs(fresh_host):

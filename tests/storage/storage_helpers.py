@@ -1,4 +1,5 @@
-"""Helpers of the storage/engine sim suites: stage playbooks on kf-node-2 only, the host
+"""Helpers of the storage/engine sim suites: stage playbooks on the lane's host only (kf-node-2
+of the shared fleet, or a scratch lane's host: kunlun_fleet.sim.testing.lane_host), the host
 tool (tests/storage/host_tool.py, uploaded over SSH), snapshots and a pre-existing Docker
 engine holding images."""
 
@@ -8,10 +9,9 @@ import subprocess
 import time
 
 from kunlun_fleet.sim import fleet
-from kunlun_fleet.sim.testing import INVENTORY, REPO, VENV_BIN, _env, recap, ssh
+from kunlun_fleet.sim.testing import INVENTORY, REPO, VENV_BIN, _env, lane_host, recap, ssh
 
-HOST = 2
-NAME = "kf-node-2"
+HOST, NAME = lane_host(2)
 TOOL = "/root/kf-host-tool.py"
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -76,7 +76,7 @@ def snapshot():
 
 
 def stage(name, *args, check=False, env=None):
-    """ansible-playbook playbooks/<name> --limit kf-node-2; returns (proc, recap of the host)."""
+    """ansible-playbook playbooks/<name> --limit NAME; returns (proc, recap of the host)."""
     proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", INVENTORY,
                            os.path.join(REPO, "playbooks", name), "--limit", NAME] + list(args),
                           cwd=REPO, env=dict(_env(), **(env or {})), stdout=subprocess.PIPE,

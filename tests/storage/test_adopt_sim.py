@@ -10,7 +10,7 @@ The ext4 volume goes through site.yml end to end in the e2e (kf-node-3 starts wi
 
 import pytest
 
-from storage_helpers import refused_run, sh, stage, upload_tool, wait_seeded
+from storage_helpers import HOST, refused_run, sh, stage, upload_tool, wait_seeded
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
@@ -24,7 +24,7 @@ def lv_bytes(name):
 
 
 def test_adopts_a_delivered_xfs_home_grows_it_and_keeps_the_data(fresh_host):
-    fresh_host(2, "home_lvm=xfs", "home_lvm_free=20")
+    fresh_host(HOST, "home_lvm=xfs", "home_lvm_free=20")
     wait_seeded(MANIFEST)
     seeded = sh("cat %s" % MANIFEST).stdout
     fstab_before = sh("cat /etc/fstab").stdout
@@ -66,7 +66,7 @@ def test_adopts_a_delivered_xfs_home_grows_it_and_keeps_the_data(fresh_host):
 
 
 def test_refuses_an_xfs_overlay2_cannot_use_and_changes_nothing(fresh_host):
-    fresh_host(2, "home_lvm=xfs_ftype0", "home_lvm_free=10")
+    fresh_host(HOST, "home_lvm=xfs_ftype0", "home_lvm_free=10")
     wait_seeded(MANIFEST)
     upload_tool()
     refused_run("storage.yml", ["/home (vg0/lv_home) is xfs with ftype=0", "overlay2 needs XFS with ftype=1 or ext4",

@@ -11,14 +11,14 @@ import subprocess
 
 import pytest
 
-from storage_helpers import refused_run as refused, sh, stage, upload_tool, wait_seeded
+from storage_helpers import HOST, refused_run as refused, sh, stage, upload_tool, wait_seeded
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 600 MiB loop disk on the machine; attach() gives it to kf-node-2 as /dev/vdc
+    """A 600 MiB loop disk on the machine; attach() gives it to the suite's host as /dev/vdc
     (device nodes of any loop are allowed in the sim hosts). Call attach() after the host
     is reset (a reset makes a new container). Detached afterwards."""
     img = tmp_path / "small.img"
@@ -37,7 +37,7 @@ def small_disk(tmp_path):
 
 
 def test_storage_refuses_bad_disks_mounts_and_room(fresh_host, small_disk):
-    fresh_host(2, "home_content=1")
+    fresh_host(HOST, "home_content=1")
     wait_seeded("/var/lib/kunlun-kit/home.manifest")
     upload_tool()
     small_disk()
@@ -84,7 +84,7 @@ blkid -p -o value -s PTTYPE /dev/vdb""")
 
 
 def test_engine_refuses_outside_root_and_invalid_daemon_json(fresh_host):
-    fresh_host(2)
+    fresh_host(HOST)
     upload_tool()
     # 5. a data-root outside the data volume (before anything else)
     for root in ("/srv/docker", "/home", "/home2/docker"):

@@ -1,7 +1,7 @@
 """--check --diff of storage + engine on a fresh host with content changes nothing, and
 announces the changes the real run then makes; the second real run changes nothing.
 
-kf-node-2 is reset with home_content and docker_content. Snapshot (pvs/vgs/lvs, disks,
+The suite's host (kf-node-2, or a scratch lane's) is reset with home_content and docker_content. Snapshot (pvs/vgs/lvs, disks,
 findmnt, /etc/fstab, daemon.json, a checksum list of /home, a listing of /var/lib/docker,
 images, units, packages) before and after the check run must be identical. Per-task
 results come from the ansible.posix.json callback."""
@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from storage_helpers import snapshot, stage, upload_tool, wait_seeded
+from storage_helpers import HOST, NAME, snapshot, stage, upload_tool, wait_seeded
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
@@ -33,7 +33,7 @@ def changed_tasks(proc):
     changed, failed, notified = set(), set(), set()
     for play in result["plays"]:
         for task in play["tasks"]:
-            res = task["hosts"].get("kf-node-2")
+            res = task["hosts"].get(NAME)
             if res is None:
                 continue
             if res.get("changed"):
@@ -46,7 +46,7 @@ def changed_tasks(proc):
 
 
 def test_check_diff_changes_nothing_and_predicts_the_real_run(fresh_host):
-    fresh_host(2, "home_content=1", "docker_content=1")
+    fresh_host(HOST, "home_content=1", "docker_content=1")
     wait_seeded("/var/lib/kunlun-kit/home.manifest", "/var/lib/kunlun-kit/docker.manifest")
     upload_tool()
     before = snapshot()
