@@ -2,17 +2,17 @@
 """The test suites `make test` runs, their lanes, and the runner that prints their cost.
 
 Every test belongs to exactly one suite (checked before anything runs). Suites in one
-lane run one after another; the lanes of a phase run at the same time, because they
-touch disjoint things: the sim hosts are the unit of isolation (a suite in lane
-kf-node-2 resets and converges kf-node-2 only). The shared 3-host fleet goes through two
+lane run one after another; lanes run at the same time, because they touch disjoint
+things: the sim hosts are the unit of isolation. The shared 3-host fleet goes through two
 phases: phase 1 runs the suites that need the whole fleet (the e2e from bare hosts
-first), phase 2 gives each of its hosts a lane. Beside the phases, from start to end, run
-the lanes that touch none of its hosts: "local" (no sim host) and "large" (a fleet of its
-own, twelve hosts in their own inventory), at a lower CPU priority so that the shared
+first), phase 2 those that need one of its hosts converged. Beside the phases, from start
+to end, run the lanes that touch none of its hosts: "local" (no sim host), "large" (a
+fleet of its own) and the scratch lanes (one host each, in an inventory of its own, for
+the suites that reset their host first), at a lower CPU priority so that the shared
 fleet's lanes, the run's critical path, come first. A suite that can use the state the
-e2e leaves (a converged host) runs first in its lane; its own prepare step still brings
-the host to the state it needs from any state, so order saves time and never decides an
-outcome.
+e2e leaves (a converged host) runs after it; its own prepare step still brings the host
+to the state it needs from any state, so order saves time and never decides an outcome.
+What a suite costs and how to keep it cheap: docs/testing.md.
 
     .venv/bin/python tests/suites.py                 # everything (make test)
     .venv/bin/python tests/suites.py --list          # suites, lanes, recorded times
@@ -102,8 +102,7 @@ PHASES = [
         Suite("e2e", "fleet", ["tests/e2e"], timeout=2700),
         # The bench on the served fleet the e2e leaves: a short sweep through the gateway
         # and per host, the report files, client and server counts within 3%.
-        # Then `kunlun-fleet status` on the same served fleet: all healthy and nothing changed,
-        # a stopped service named in its row, the host started again and read healthy.
+        # Then `kunlun-fleet status` on the same served fleet: all healthy and nothing changed.
         # And the endpoint as another host sees it: the admin API and /metrics refused, the
         # API behind the key, a stream in many chunks.
         Suite("bench-sim", "fleet", ["tests/bench/test_bench_sim.py", "tests/status/test_status_sim.py",
@@ -111,24 +110,26 @@ PHASES = [
                                      "tests/gateway/test_endpoint_from_a_peer_sim.py"], timeout=900),
         # Monitoring on the served fleet (Prometheus on kf-node-1): every target up, every
         # dashboard query with data, a stopped server and a device in error each raising
-        # its alert within its `for:` window; the fleet put back served.
+        # its alert once its (sim-shortened) `for:` window passed, and named in `kunlun-fleet
+        # status`; the fleet put back served.
         Suite("monitoring-sim", "fleet", ["tests/monitoring"], timeout=900),
-        # Weights from peers: a host with a verified copy serves the others (bounded per
-        # source, resumable, a dead source falls back); needs the model the e2e staged.
-        Suite("model-peers", "fleet", ["tests/model"], timeout=900),
         # The image role on three hosts: prepare untags the serving image, so converge
         # builds once (from the builder's layer cache) and the two others pull it from
         # the builder's registry; then the registry's binding and client certificates, a
-        # re-run that moves nothing, a host cut off mid-distribution and resumed.
+        # source and a host cut off mid-distribution and resumed, the stream option.
         Suite("molecule-image", "fleet", [scenario("image"), "tests/image/test_image_distribution_sim.py"]),
     ],
     [
-        # kf-node-1, converged and serving as phase 1 leaves it: serve's scenario, the drain
-        # that runs out of time (stopped and forced, on the host molecule-serve leaves
-        # serving), the gateway's scenario.
+        # kf-node-1, converged and serving as phase 1 leaves it: serve's scenario, then the
+        # drain that runs out of time (stopped and forced, on the host molecule-serve leaves
+        # serving).
         Suite("molecule-serve", "kf-node-1", [scenario("serve")]),
         Suite("serve-drain", "kf-node-1", ["tests/serving/test_serve_drain_sim.py"]),
-        Suite("molecule-gateway", "kf-node-1", [scenario("gateway")]),
+        # Weights from peers beside it: kf-node-2 and kf-node-3 fetch from kf-node-1's
+        # verified copy (bounded per source, resumable, a dead source falls back). Only the
+        # model stage and kf-node-1's read-only share: kf-node-1's serving and gateway,
+        # which its own lane restarts and drains, are not touched.
+        Suite("model-peers", "peers", ["tests/model"], timeout=900),
     ],
 ]
 
@@ -156,16 +157,16 @@ SCRATCH = [
     Suite("preflight-sim", "scratch-6", ["tests/preflight/test_host_checks_sim.py"], env=scratch(6)),
     Suite("sim-kit-lvm", "scratch-6", ["tests/sim/test_kit_lvm.py"], env=scratch(6)),
     Suite("molecule-model", "scratch-6", [scenario("model")], env=scratch(6)),
+    # The gateway's scenario needs no serving host (two stand-in workers of its own on the
+    # host): on a bare one, it also proves the role installs what it needs there.
+    Suite("molecule-gateway", "scratch-6", [scenario("gateway")], env=scratch(6)),
 ]
 
 # Beside the phases, from the start to the end of the run: the lanes that touch none of
-# the shared fleet's hosts. They run at a low CPU priority (nice 10: a CPU weight of 110
-# against the critical path's 1024), so the shared fleet's lanes, which make the run's
-# critical path, take the cores first and these fill what those leave idle. At nice 5
-# (weight 335) one of them would get a quarter of a core it contends for with the e2e;
-# in ci-18 the local lane was done 10 minutes before phase 1 ended, the large lane 8:
-# they have room to wait. Not lower: their tests wait with timeouts too, and a
-# starved process meets them.
+# the shared fleet's hosts. They run at a low CPU priority (their CPU cgroup, see
+# background_cgroup, and nice 10 within it), so the shared fleet's lanes, which make the
+# run's critical path, take the cores first and these fill what those leave idle. Not
+# lower: their tests wait with timeouts too, and a starved process meets them.
 BACKGROUND = [
     Suite("lint", "local", [], command=["make", "--no-print-directory", "lint"]),
     Suite("unit", "local", ["tests"], marks=FAST),
@@ -183,12 +184,11 @@ BACKGROUND = [
     # A real image build on the sim fleet's engine (no sim host).
     Suite("image-engine", "local", ["tests/image/test_image_engine.py", "tests/image/test_image_inputs.py",
                                           "tests/image/test_patch_step.py"]),
-    # The large lane: a fleet of its own (twelve bare hosts, kf-node-21..32, in their own
-    # inventory), the stages that grow with the number of hosts, removed at the end.
-    # It starts after the e2e: beside the e2e's first run (the machine at 0-14% idle) its
-    # twelve hosts' own processes slowed the critical path, and it made sim-kit wait on the
-    # sim's lock (75 s); after the e2e, the shared fleet's lanes leave about a quarter of
-    # the cores idle (measured with vmstat).
+    # The large lane: a fleet of its own (six bare hosts from kf-node-21, in their own
+    # inventory: tests/scale), the stages that grow with the number of hosts, removed at
+    # the end. It starts after the e2e: beside the e2e's first run (the machine at 0-14%
+    # idle) its hosts' own processes slowed the critical path, and it made sim-kit wait on
+    # the sim's lock (75 s, with twelve hosts).
     Suite("fleet-large", "large", ["tests/scale"], timeout=1500, after="e2e"),
 ]
 BACKGROUND += SCRATCH
@@ -304,6 +304,37 @@ def machine_cpu():
     return (sum(fields) - fields[3] - fields[4]) / ticks, sum(fields) / ticks
 
 
+# The background lanes' processes run in a CPU cgroup of their own, at a quarter of the
+# weight of one scheduling group of the critical path's. Their nice level alone does not
+# order them: with the kernel's autogroup scheduling (/proc/sys/kernel/sched_autogroup_enabled,
+# on in CI) every session is a scheduling group of its own, niceness orders processes only
+# within one, and each suite starts a session (ansible-core's workers start their own).
+BACKGROUND_CGROUP = "kunlun-fleet-tests-background"
+BACKGROUND_CPU_SHARES = 256
+
+
+def background_cgroup(root="/sys/fs/cgroup/cpu"):
+    """The cgroup.procs file of the background lanes' CPU group (cgroup v1's cpu controller,
+    made once), or None where this machine has none to write (then only nice applies)."""
+    group = os.path.join(root, BACKGROUND_CGROUP)
+    try:
+        os.makedirs(group, exist_ok=True)
+        with open(os.path.join(group, "cpu.shares"), "w") as fh:
+            fh.write(str(BACKGROUND_CPU_SHARES))
+    except OSError:
+        return None
+    return os.path.join(group, "cgroup.procs")
+
+
+def _join(procs):
+    """preexec_fn: the suite's process enters the group before it runs anything (so do all
+    it starts: a child inherits its parent's cgroup, whatever session it makes)."""
+    def join():
+        with open(procs, "w") as fh:
+            fh.write(str(os.getpid()))
+    return join
+
+
 def run_suite(suite):
     REPORTS.mkdir(parents=True, exist_ok=True)
     out, events = REPORTS / (suite.name + ".log"), REPORTS / (suite.name + ".jsonl")
@@ -321,11 +352,13 @@ def run_suite(suite):
                             "-m", suite.marks, *suite.paths]
     if suite.nice:
         cmd = ["nice", "-n", str(suite.nice), *cmd]
-    log("start %s (lane %s%s)" % (suite.name, suite.lane, ", nice %d" % suite.nice if suite.nice else ""))
+    group = background_cgroup() if suite.nice else None
+    log("start %s (lane %s%s%s)" % (suite.name, suite.lane, ", nice %d" % suite.nice if suite.nice else "",
+                                    ", CPU group %s" % BACKGROUND_CGROUP if group else ""))
     started = time.monotonic()
     with open(out, "w") as fh:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_join(group) if group else None)
         rc, cpu = wait_with_cpu(proc, suite.timeout)
         if rc == "timeout":
             fh.write("\n[suites] %s killed after its timeout of %d s\n" % (suite.name, suite.timeout))

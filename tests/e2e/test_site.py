@@ -199,6 +199,9 @@ def converged_runs(first_run, tmp_path_factory):
                ANSIBLE_CALLBACK_RESULT_FORMAT="json")
     cmd = [str(ROOT / ".venv/bin/ansible-playbook"), "-i", "inventories/sim", "site.yml"]
     check_env = dict(env, ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path_factory.mktemp("check-facts")))
+    # The builder's clock before both runs: its registry's log since then (read below).
+    stamp = ssh(1, "date '+%Y-%m-%d %H:%M:%S'").stdout.strip()
+    time.sleep(1)
     procs = {"second": subprocess.Popen(cmd, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT),
              "check": subprocess.Popen(cmd + ["--check", "--diff"], cwd=ROOT, env=check_env, text=True,
@@ -206,7 +209,9 @@ def converged_runs(first_run, tmp_path_factory):
     outs = {name: proc.communicate(timeout=3600)[0] for name, proc in procs.items()}
     keep("e2e-second-run.log", outs["second"])
     keep("e2e-check-converged.log", outs["check"])
-    return {name: (procs[name].returncode, outs[name]) for name in procs}
+    found = {name: (procs[name].returncode, outs[name]) for name in procs}
+    found["registry_log"] = ssh(1, "journalctl -u kunlun-registry --since '%s' --no-pager -o cat" % stamp).stdout
+    return found
 
 
 def test_second_run_changes_nothing(converged_runs):
@@ -220,6 +225,12 @@ def test_second_run_changes_nothing(converged_runs):
     assert RESTART_TASK not in out and "Take the host out" not in out
     ready = out.split("TASK [serve : Ready | /v1/models lists the model and a completion returns text]")[1]
     assert sorted(re.findall(r"^ok: \[(kf-node-\d)\]", ready.split("\nTASK [")[0], re.M)) == HOSTS, ready[:2000]
+    # The image stage moved nothing either: the builder's registry logged no push and no
+    # blob or manifest fetch during the re-run (nor during the check run beside it).
+    log = converged_runs["registry_log"]
+    assert not re.search(r'"(PUT|POST|PATCH) /v2/', log), log[-3000:]
+    assert not re.search(r'"GET /v2/[^"]*/blobs/', log), log[-3000:]
+    assert not re.search(r'"(GET|HEAD) /v2/[^"]*" .*"docker/', log), log[-3000:]
 
 
 def test_check_diff_changes_nothing(converged_runs):

@@ -1,10 +1,6 @@
 """The image stage's distribution on the three sim hosts the e2e left converged and serving
 (fleet lane, beside molecule-image; it needs the whole fleet, not one host):
 
-- the builder's registry listens on the fleet address only and refuses a client without
-  the fleet's certificate;
-- an unchanged re-run changes nothing and moves nothing: the registry's access log shows
-  no push (PUT) and no blob fetch during it;
 - the source dies as both hosts pull (the builder's registry port refused, open
   connections reset): both fail naming the builder, its registry and the fix, nothing is
   tagged and :current is untouched; then, the registry back, a host cut off (SSH
@@ -88,47 +84,9 @@ def registry_log_since(stamp):
     return ssh(BUILDER, "journalctl -u kunlun-registry --since '%s' --no-pager -o cat" % stamp)
 
 
-def test_registry_listens_on_the_fleet_address_only(converged):
-    sockets = [l for l in ssh(BUILDER, "ss -Hltnp").splitlines() if "docker-registry" in l]
-    assert [l.split()[3] for l in sockets] == [REGISTRY], sockets
-    ca = "/etc/docker/certs.d/%s/ca.crt" % REGISTRY
-    # curl reads "path:password" in --cert (not --key): the colon escaped there, quoted for the shell
-    mine = "'/etc/docker/certs.d/%s'" % REGISTRY.replace(":", "\\:")
-    # TLS, verified with the fleet's CA, but no client certificate: refused in the handshake
-    from kunlun_fleet.sim import fleet
-    stamp = ssh(BUILDER, "date '+%Y-%m-%d %H:%M:%S'")
-    anon = subprocess.run(fleet.ssh_cmd(2, "curl -sS --cacert %s https://%s/v2/" % (ca, REGISTRY)),
-                          capture_output=True, text=True, timeout=60)
-    assert anon.returncode != 0, anon.stdout + anon.stderr
-    assert re.search(r"TLS handshake error from 172\.31\.250\.12:\d+: tls: client didn't provide a certificate",
-                     registry_log_since(stamp)), registry_log_since(stamp)[-2000:]
-    ok = ssh(2, "curl -sS -o /dev/null -w '%%{http_code}' --cacert %s --cert %s/client.cert --key %s "
-             "https://%s/v2/" % (ca, mine, ca.replace("ca.crt", "client.key"), REGISTRY))
-    assert ok == "200"
-    # the package's own unit (every address) never runs
-    assert ssh(BUILDER, "systemctl is-enabled docker-registry.service", check=False) == "masked"
-
-
-def test_unchanged_rerun_pushes_and_pulls_nothing(converged, tmp_path):
-    stamp = ssh(BUILDER, "date '+%Y-%m-%d %H:%M:%S'")
-    time.sleep(1)
-    # The re-run and check mode side by side: both find nothing to do, so neither sees the
-    # other's work, and the registry's log below covers both (check mode's checks are
-    # read-only too). Check mode keeps its own fact cache: the two never write one file.
-    check_env = dict(env(), ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path / "check-facts"))
-    procs = [subprocess.Popen(play_cmd(*extra), cwd=ROOT, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True) for extra, e in (((), env()), (("--check", "--diff"), check_env))]
-    outs = [p.communicate(timeout=1800)[0] for p in procs]
-    (rc, out), (check_rc, check_out) = [(p.returncode, o) for p, o in zip(procs, outs)]
-    assert rc == 0, out[-6000:]
-    hosts = recap(out)
-    assert sorted(hosts) == ["kf-node-1", "kf-node-2", "kf-node-3"], hosts
-    assert all(h["changed"] == 0 for h in hosts.values()), hosts
-    assert check_rc == 0 and all(h["changed"] == 0 for h in recap(check_out).values()), check_out[-6000:]
-    log = registry_log_since(stamp)
-    assert not re.search(r'"(PUT|POST|PATCH) /v2/', log), log[-3000:]
-    assert not re.search(r'"GET /v2/[^"]*/blobs/', log), log[-3000:]
-    assert not re.search(r'"(GET|HEAD) /v2/[^"]*" .*"docker/', log), log[-3000:]
+# The registry's binding and its refusal of a client without the fleet's certificate:
+# molecule/image's verify. An unchanged re-run that pushes and pulls nothing (the registry's
+# log read): the e2e's second run (tests/e2e/test_site.py::test_second_run_changes_nothing).
 
 
 def test_source_dies_as_hosts_pull_then_a_host_drops_mid_distribution_each_resumed(converged, tmp_path):

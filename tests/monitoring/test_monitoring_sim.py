@@ -130,13 +130,13 @@ def test_a_stopped_server_and_a_device_in_error_raise_their_alerts(monitored):
     assert "alerts firing: " in shown and "(Prometheus on kf-node-1)" in shown, shown
     assert "  KunlunServingHostDown [critical] kf-node-3: " in shown, shown
     assert "  KunlunXpuDeviceError [critical] kf-node-2 device 3: " in shown, shown
-    # The same run's rows: the stopped service named in kf-node-3's, the device in kf-node-2's,
-    # kf-node-1 healthy (the one test of a stopped service through `kunlun-fleet status` on
-    # the sim fleet; the row's fields are unit-tested in tests/unit/test_status.py).
+    # The same run's rows: the stopped service named in kf-node-3's, the two others healthy
+    # (a row's accelerators are the driver stage's facts; the live device error is the
+    # alert's). The one test of a stopped service through `kunlun-fleet status` on the sim
+    # fleet; the row's fields are unit-tested in tests/unit/test_status.py.
     line = {l.split(" ", 1)[0]: l for l in shown.splitlines() if l.startswith("kf-node-")}
     assert re.search(r"UNHEALTHY: .*kunlun-serve\.service is (inactive|failed)", line["kf-node-3"]), line
-    assert re.search(r"UNHEALTHY: .*accelerators 7/8 ok", line["kf-node-2"]), line
-    assert "UNHEALTHY" not in line["kf-node-1"], line
+    assert "UNHEALTHY" not in line["kf-node-1"] and "UNHEALTHY" not in line["kf-node-2"], line
     # the host serves again (the next suites need the fleet served)
     deadline = time.monotonic() + 300
     while ssh(3, "curl -sf -o /dev/null http://127.0.0.1:8000/health", check=False).returncode != 0:
