@@ -304,13 +304,14 @@ def machine_cpu():
     return (sum(fields) - fields[3] - fields[4]) / ticks, sum(fields) / ticks
 
 
-# The background lanes' processes run in a CPU cgroup of their own, at a quarter of the
-# weight of one scheduling group of the critical path's. Their nice level alone does not
+# The background lanes' processes run in a CPU cgroup of their own, at the weight of one
+# scheduling group of the critical path's (which spans many: a session each). At a quarter
+# of it (256) the large lane's SSH connections timed out, starved, in one run. Their nice level alone does not
 # order them: with the kernel's autogroup scheduling (/proc/sys/kernel/sched_autogroup_enabled,
 # on in CI) every session is a scheduling group of its own, niceness orders processes only
 # within one, and each suite starts a session (ansible-core's workers start their own).
 BACKGROUND_CGROUP = "kunlun-fleet-tests-background"
-BACKGROUND_CPU_SHARES = 256
+BACKGROUND_CPU_SHARES = 1024
 
 
 def background_cgroup(root="/sys/fs/cgroup/cpu"):
