@@ -2,9 +2,10 @@
 the e2e left the fleet served, monitored and behind its gateway): Prometheus on kf-node-1
 (the monitoring group) scrapes every target, every dashboard query returns data, every
 alert expression is one Prometheus evaluates, and two faults raise their alerts once
-their `for:` window has passed (never before): a serving unit stopped (KunlunServingHostDown) and a device in
+their `for:` window has passed (never before): a serving unit stopped
+(KunlunServingHostDown) and a device in
 error (KunlunXpuDeviceError, through the accelerator exporter's textfile), both shown by
-`kunlun-fleet status` (with the stopped service and the device named in their hosts' rows).
+`kunlun-fleet status` (the alerts, and the stopped service in its host's row).
 The fleet is put back as it was (the unit started and serving, the fault removed)."""
 
 import json
