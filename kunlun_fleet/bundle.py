@@ -222,7 +222,9 @@ def where_from(spec):
     if spec["kind"] == "wheel":
         return "--vendor: the %s %s wheel from Kunlunxin" % (spec["name"], version)
     if spec["kind"] == "source":
-        return "--vendor: the %s %s source tarball at commit %s" % (spec["name"], version, spec["commit"])
+        return ("--vendor: the %s source at commit %s: `git archive --format=tar.gz %s` of its repository (the "
+                "archive records the commit), or a tarball whose sha256 kunlun_stack_components.%s.sha256 declares"
+                % (spec["name"], spec["commit"], spec["commit"], spec["key"]))
     if spec["kind"] == "image":
         return ("--vendor: `docker save %s` (a .tar), or --no-base-image when the hosts pull it from a registry"
                 % spec["reference"])
@@ -278,7 +280,7 @@ class Builder:
         return found
 
     def _judge(self, path, found):
-        ident = self.cache.metadata(path, "identify", self.ident.identify)
+        ident = self.cache.metadata(path, self.ident.cache_key("identify"), self.ident.identify)
         if not ident:
             self.ignored.append((path, "not an artifact the bundle holds"))
             return
@@ -297,7 +299,8 @@ class Builder:
                 if not path.startswith(self.out + os.sep):  # in the bundle itself: pip's earlier download
                     self.ignored.append((path, "%s comes from the package index (pip), not --vendor" % key))
                 return
-            problems = self.index.identity_problems(spec, ident, os.path.basename(path), path)
+            digest = self.cache.digest(path) if spec["kind"] == "source" else None
+            problems = self.index.identity_problems(spec, ident, os.path.basename(path), path, digest)
             found[key].append((path, problems))
             return
         what = ident.get("name") or ident.get("installer") or ", ".join(ident.get("repo_tags") or []) or ident["kind"]
@@ -336,6 +339,8 @@ class Builder:
                 path, problems = candidates[0]
                 row.status, row.source = "wrong", path
                 row.why = "; ".join("%s: %s" % (p, s) for p, s, _ in problems[:3])
+                if row.spec["kind"] == "source":  # how to give the commit is not obvious
+                    row.why += ". Fix: %s" % problems[0][2]
                 row.notes += ["%s: %s" % (p, s) for other, probs in candidates[1:] for p, s, _ in probs[:1]]
 
     # ----------------------------------------------------------------- index files
@@ -473,10 +478,17 @@ class Builder:
                 with open(full) as fh:
                     entry["files"] = len(self.manifest.parse_manifest(fh.read()))
             else:
-                said = self.cache.metadata(full, kind, self.ident.READERS[kind])
+                said = self.cache.metadata(full, self.ident.cache_key(kind), self.ident.READERS[kind])
                 for field in ("name", "installer", "version", "commit", "repo_tags"):
                     if said.get(field):
                         entry[field] = said[field]
+                if kind == "source":
+                    # The commit is the identity: recorded by git archive, or declared with
+                    # the tarball's sha256 in the pin. The declared versions are shown only.
+                    entry["commit_from"] = "git archive" if said.get("commit") else "the sha256 the pin declares"
+                    entry["commit"] = said.get("commit") or spec["commit"]
+                    entry["declared"] = dict(said.get("declared") or {})
+                    entry["top_dir"] = said.get("top_dir") or ""
             entry["sha256"] = self.cache.digest(full)
             for field in ("wheelhouse", "dependencies"):
                 if field in row.entry:
@@ -550,6 +562,14 @@ class Builder:
         widths = [max(len(r[i]) for r in rows) for i in range(3)]
         lines = ["%-*s  %-*s  %-*s  %s" % (widths[0], r[0], widths[1], r[1], widths[2], r[2], r[3]) for r in rows]
         for key, row in self.rows.items():
+            if row.status == "found" and row.spec["kind"] == "source" and row.entry:
+                said = self.cache.metadata(os.path.join(self.out, row.rel), self.ident.cache_key("source"),
+                                           self.ident.READERS["source"])
+                lines.append("note: %s: commit %s (%s); it declares %s (shown, not compared)%s" % (
+                    key, said.get("commit") or row.spec["commit"],
+                    "git archive's pax header" if said.get("commit") else "the sha256 the pin declares",
+                    self.ident.describe_declared(said),
+                    "; its tree is in %s/" % said["top_dir"] if said.get("top_dir") else ""))
             lines += ["note: %s: %s" % (key, n) for n in row.notes]
         if self.ignored:
             shown = ["%s (%s)" % (p, why) for p, why in self.ignored[:8]]

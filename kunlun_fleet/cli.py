@@ -230,11 +230,15 @@ def cmd_plan(ns):
     ttft = plan.parse_seconds(ns.ttft_p99) if ns.ttft_p99 else None
     if not ns.concurrency and not ns.output_tok_s:
         sys.exit("give --concurrency N and/or --output-tok-s T (and optionally --ttft-p99 2s)")
-    answer = plan.hosts_needed(curve, concurrency=ns.concurrency, output_tok_s=ns.output_tok_s, ttft_p99_s=ttft)
+    answer = plan.answer(res, concurrency=ns.concurrency, output_tok_s=ns.output_tok_s, ttft_p99_s=ttft)
     print("from %s (%s host(s) measured directly)" % (path, len((res.get("meta") or {}).get("hosts") or [])))
     print(plan.describe(answer))
     print("assumption: " + plan.ASSUMPTION)
-    print("per-host curve: " + ", ".join("%d concurrent: %.0f tok/s, TTFT p99 %.2f s" % r for r in curve))
+    print("per-host curve (%s): " % plan.extent(curve)
+          + ", ".join("%d concurrent: %.0f tok/s, TTFT p99 %.2f s" % r for r in curve))
+    fleet = plan.fleet_curve(res)
+    print("fleet curve per host, %d hosts (%s): " % (plan.fleet_hosts(res), plan.extent(fleet))
+          + ", ".join("%g concurrent: %.0f tok/s, TTFT p99 %.2f s" % r for r in fleet))
     return 0 if answer.get("hosts") else 1
 
 

@@ -16,11 +16,17 @@ description:
     C(/v1/completions), I(concurrency) requests in flight, synthetic prompts of I(isl) tokens made with the
     model's tokenizer (I(tokenizer), a local directory, read offline) and I(osl) output tokens each
     (C(ignore_eos)), for I(requests) requests or I(duration) seconds.
+  - Every request asks for the usage chunk (C(stream_options.include_usage)); output tokens are each
+    response's usage, as vllm bench serve counts them.
   - Before and after the point it reads every server's own counters (C(vllm:generation_tokens_total),
     C(vllm:request_success_total), C(vllm:prompt_tokens_total)) from each I(metrics) URL, and compares the
-    output tokens the client counted with the servers' count. A point where they differ by more than
-    I(tolerance_pct) percent, or where a server's counters could not be read, is returned with C(valid) false
-    and the reason; it is never dropped.
+    responses' usage (output and prompt tokens, summed) with the counters' deltas - two separate counts in the
+    server. A point where they differ by more than I(tolerance_pct) percent, where a completed response
+    carried no usage, or where a server's counters could not be read, is returned with C(valid) false and the
+    reason; it is never dropped.
+  - The client's own count of the text received (aiperf's tokenizer, I(retokenize)) is returned beside the
+    usage and never decides validity - text decoded from the token ids a model sampled does not re-tokenize to
+    the same count (25-60 % more against a real vLLM 0.15.1).
   - Returns the figures with vllm bench serve's definitions (TTFT, TPOT = (latency - TTFT) / (tokens - 1),
     ITL, output tok/s over the benchmark duration), the failed requests and their errors, and the load
     generator's own CPU and the machine's, flagged C(client_bound) when the client machine was saturated.
@@ -96,9 +102,21 @@ options:
     type: float
     default: 10
   tolerance_pct:
-    description: Largest difference between the client's and the servers' output token counts of a valid point.
+    description:
+      - Largest difference, in percent, between the responses' usage and the servers' counters (output tokens,
+        and prompt tokens) of a valid point.
+      - With the bench the only client, vLLM's counters and usage agree exactly; the counters are the whole
+        server's, so a little other traffic during the point is tolerated.
     type: float
     default: 3.0
+  retokenize:
+    description:
+      - aiperf also counts the output text with the model's tokenizer (returned as C(retokenized_output_tokens),
+        never gating).
+      - False - aiperf runs with C(use_server_token_count) and skips that count (less CPU on the load
+        generator; its own exports then count the usage).
+    type: bool
+    default: true
   fd_headroom:
     description: Open files the load generator needs besides one per concurrent stream.
     type: int
@@ -151,8 +169,11 @@ measured:
 client:
   description: >-
     The client's figures - requests, completed, failed, errors (message to count), duration_s, output_tokens
-    (counted by the client's tokenizer), usage_output_tokens (the servers' usage fields), output_tok_s,
-    requests_per_s, decode_tok_s, and ttft_ms / tpot_ms / itl_ms / latency_ms each with mean, p50, p90, p99.
+    (the figures' count - each response's usage, the client's count for one without), usage_output_tokens and
+    usage_prompt_tokens (the responses' usage fields, summed), responses_without_usage,
+    retokenized_output_tokens (aiperf's tokenizer on the text received; null when not counted),
+    input_tokens, output_tok_s, requests_per_s, decode_tok_s, and ttft_ms / tpot_ms / itl_ms / latency_ms each
+    with mean, p50, p90, p99.
   returned: success
   type: dict
 servers:
@@ -163,12 +184,26 @@ server_output_tokens:
   description: The servers' generation tokens over the point, summed; null when any server could not be read.
   returned: success
   type: int
+server_prompt_tokens:
+  description: The servers' prompt tokens over the point, summed; null when any server could not be read.
+  returned: success
+  type: int
 valid:
-  description: The client's and the servers' output tokens agree within tolerance_pct.
+  description: >-
+    Every completed response carried usage, and the responses' usage agrees with the servers' counters within
+    tolerance_pct, for output and for prompt tokens.
   returned: success
   type: bool
 diff_pct:
-  description: (client - servers) / servers output tokens, in percent.
+  description: (usage - counters) / counters output tokens, in percent.
+  returned: success
+  type: float
+prompt_diff_pct:
+  description: (usage - counters) / counters prompt tokens, in percent.
+  returned: success
+  type: float
+retokenized_diff_pct:
+  description: (re-tokenized - usage) / usage output tokens, in percent; shown, never gating.
   returned: success
   type: float
 validity:
@@ -204,9 +239,8 @@ import time
 import urllib.request as urllib_request
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bench_results import (API_KEY_ENV, agreement, aiperf_config, client_load,
-                                                counter_delta, counters, cpu_times, fd_plan, read_records,
-                                                summarize)
+from ansible.module_utils.bench_results import (API_KEY_ENV, aiperf_config, client_load, counter_delta, counters,
+                                                cpu_times, fd_plan, read_records, summarize, validity)
 
 # aiperf's start-up (services, tokenizer, prompts) and shutdown, beyond the point itself.
 STARTUP_MARGIN_S = 180
@@ -257,6 +291,7 @@ def main():
             metrics=dict(type="list", elements="dict", default=[]),
             metrics_timeout=dict(type="float", default=10.0),
             tolerance_pct=dict(type="float", default=3.0),
+            retokenize=dict(type="bool", default=True),
             fd_headroom=dict(type="int", default=1024),
             artifact_dir=dict(type="path", required=True),
             label=dict(type="str", default="point"),
@@ -267,7 +302,8 @@ def main():
     p = module.params
     settings = {"url": p["url"], "concurrency": p["concurrency"], "requests": p["requests"],
                 "duration_s": p["duration"] if not p["requests"] else None, "isl": p["isl"], "osl": p["osl"],
-                "workers": max(1, min(p["workers"], p["concurrency"])), "timeout_s": p["timeout"]}
+                "workers": max(1, min(p["workers"], p["concurrency"])), "timeout_s": p["timeout"],
+                "output_token_count": "usage" + (", re-tokenized beside" if p["retokenize"] else "")}
     result = dict(changed=False, label=p["label"], settings=settings, measured=False)
     result.update(p["extra"])
     if module.check_mode:
@@ -292,12 +328,13 @@ def main():
         os.makedirs(art)
     cfg = aiperf_config(p["url"].rstrip("/"), p["model"], p["tokenizer"], p["concurrency"], p["isl"], p["osl"],
                         art, requests=p["requests"], duration=p["duration"], grace=p["timeout"],
-                        timeout=p["timeout"], workers=p["workers"], api_key=bool(p["api_key"]), corpus=p["corpus"])
+                        timeout=p["timeout"], workers=p["workers"], api_key=bool(p["api_key"]), corpus=p["corpus"],
+                        retokenize=p["retokenize"])
     cfg_path = os.path.join(art, "aiperf-config.yaml")
     with open(cfg_path, "w") as fh:
         json.dump(cfg, fh, indent=1)
-    # Every request sent is waited for (grace = the request timeout): the client then
-    # counts every token the servers count.
+    # Every request sent is waited for (grace = the request timeout): the responses' usage
+    # then covers every token the servers count.
     budget = (p["duration"] if not p["requests"] else 0) + 2 * p["timeout"] + STARTUP_MARGIN_S
     scratch = tempfile.mkdtemp(prefix="kf-aiperf-")
     env = {"HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "NO_COLOR": "1",
@@ -322,8 +359,8 @@ def main():
         fh.write(out)
         fh.write(err)
 
-    client = summarize(read_records(os.path.join(art, "profile_export.jsonl")))
-    servers, total, unreadable = {}, 0, []
+    client = summarize(read_records(os.path.join(art, "profile_export.jsonl")), retokenized=p["retokenize"])
+    servers, total, prompt_total, unreadable = {}, 0, 0, []
     for t in p["metrics"]:
         b, a = before.get(t["host"], {}), after.get(t["host"], {})
         if "error" in b or "error" in a:
@@ -336,8 +373,12 @@ def main():
             unreadable.append(t["host"])
         else:
             total += delta["generation_tokens"]
+            prompt_total = None if prompt_total is None or delta["prompt_tokens"] is None else (
+                prompt_total + delta["prompt_tokens"])
     server_tokens = None if unreadable or not p["metrics"] else total
-    valid, diff, why = agreement(client["output_tokens"], server_tokens, p["tolerance_pct"])
+    server_prompt = None if server_tokens is None else prompt_total
+    check = validity(client, server_tokens, server_prompt, p["tolerance_pct"])
+    why = check["validity"]
     if unreadable:
         why = "the counters of %s could not be read before and after the point (%s)" % (
             ", ".join(unreadable), "; ".join("%s: %s" % (h, servers[h].get("error", "counter reset"))
@@ -350,9 +391,10 @@ def main():
         if rc in (124, 137):
             tail.append("aiperf was stopped after %d s (the point's time budget)" % int(budget))
     result.update(measured=True, client=client, servers=servers, server_output_tokens=server_tokens,
-                  valid=valid, diff_pct=None if diff is None else round(diff, 3), validity=why,
-                  load_generator=load, aiperf_rc=rc, aiperf_tail=tail, fd_limit=limits,
-                  artifact_dir=art)
+                  server_prompt_tokens=server_prompt, valid=check["valid"], validity=why,
+                  **dict((k, None if check[k] is None else round(check[k], 3))
+                         for k in ("diff_pct", "prompt_diff_pct", "retokenized_diff_pct")))
+    result.update(load_generator=load, aiperf_rc=rc, aiperf_tail=tail, fd_limit=limits, artifact_dir=art)
     module.exit_json(**result)
 
 

@@ -17,9 +17,13 @@ description:
   - With I(artifacts) (pin keys such as C(driver), C(vllm), C(base_image)) or I(index_all), also the bundle's
     index C(bundle.yml) (written by C(kunlun-fleet bundle build), passed parsed as I(index)) - it must exist;
     each entry's file is in the manifest with the same sha256, is what its pin says (a wheel's METADATA name
-    and version, an installer's header, the source tarball's version and commit, the base image's RepoTags,
-    the model directory's manifest and config.json) and, where the pins know the package index's sha256,
-    has that digest (C(module_utils/bundle_index.py)).
+    and version, an installer's header, the base image's RepoTags, the model directory's manifest and
+    config.json) and, where the pins know the package index's sha256, has that digest
+    (C(module_utils/bundle_index.py)).
+  - A source tarball (vllm-kunlun) is identified by its commit, as C(git archive) records it in the pax
+    global header, or, for a tarball that records none (an sdist, a plain tar), by the sha256 the pin
+    declares for that commit (C(kunlun_stack_components.<key>.sha256)); it must hold a C(setup.py) at its
+    top or in its one top-level directory. The versions it declares are reported, never compared.
   - Run it on the controller (C(delegate_to: localhost)) before any host is touched.
   - Digests of unchanged files (same size and modification time), and what each file says it is, are
     remembered in I(cache_file).
@@ -89,6 +93,16 @@ sums:
   returned: success
   type: dict
   sample: {"drivers/xre-Linux-x86_64-5.0.21.26.run": "9f2c...e1"}
+identities:
+  description:
+    - What each checked entry's file says of itself, by pin key. For a source tarball C(name), C(version)
+      and C(declared) (the versions its PKG-INFO, pyproject.toml and setup.py declare), C(commit) (from the
+      git archive pax header, empty when it records none), C(top_dir) (the one directory the tree is in,
+      empty when it is at the archive's root) and C(setup_py).
+  returned: success
+  type: dict
+  sample: {"vllm_kunlun": {"name": "vllm-kunlun", "version": "0.15.1.dev0", "commit": "4885de2...",
+           "top_dir": "vLLM-Kunlun-4885de2", "setup_py": true}}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -111,16 +125,17 @@ def main():
     )
     params = module.params
     sums = {}
+    identities = {}
     found = check(params["bundle_dir"], params["pins"], params["index"], artifacts=params["artifacts"],
                   required=params["required"], cache_path=params["cache_file"], only_required=params["only_required"],
-                  index_all=params["index_all"], sums_out=sums)
+                  index_all=params["index_all"], sums_out=sums, identities_out=identities)
     problems = [{"path": p, "state": s, "fix": f} for p, s, f in found]
     if problems:
         # Callers run it on the controller before any host is touched.
         module.fail_json(msg="The offline bundle %s is not usable; nothing was changed:\n- %s" % (
             module.params["bundle_dir"], "\n- ".join("%(path)s: %(state)s. Fix: %(fix)s" % p for p in problems)),
             problems=problems)
-    module.exit_json(changed=False, problems=[], sums=sums)
+    module.exit_json(changed=False, problems=[], sums=sums, identities=identities)
 
 
 if __name__ == "__main__":

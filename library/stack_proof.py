@@ -13,8 +13,9 @@ module: stack_proof
 short_description: Prove the validated combination from inside a serving image, with the accelerators
 description:
   - Starts the image once (C(docker run --rm), never privileged, no network) with every accelerator
-    node of the host (C(--device /dev/xpuN) for each, plus C(/dev/xpuctrl)) and the serving environment,
-    and runs a standard-library probe with the image's own Python (C(<venv>/bin/python -c)).
+    node of the host (C(--device /dev/xpuN) for each, plus C(/dev/xpuctrl)), the serving environment and the
+    serving container's other options (I(shm_size), I(cap_add), I(security_opt), I(volumes)), and runs a
+    standard-library probe with the image's own Python (C(<venv>/bin/python -c)).
   - The probe reads the C(importlib.metadata) version of every pinned component, C(torch.__version__),
     C(torch_xmlir._XMLIRC._xpu_get_devices_number()), where C(vllm_kunlun) is loaded from (it must be
     site-packages) and whether C(from vllm_kunlun import _kunlun) works.
@@ -25,8 +26,15 @@ description:
     I(device_memory_max_gib) (a P800 has 96 GB of HBM). C(torch.xpu) is never consulted, it is an Intel
     stub.
   - It resolves the platform class that vllm-kunlun registers the way vLLM does (the
-    C(vllm.platform_plugins) entry point) and checks the class's C(device_name), C(dispatch_key) and
-    C(dist_backend) against I(platform_fields).
+    C(vllm.platform_plugins) entry point) and checks the class's C(device_name) and C(dist_backend)
+    against I(platform_fields); its C(dispatch_key) is read and shown (the public 0.15.1-era class sets
+    none, so it is vLLM's default C(CPU)). It never reads the platform's C(is_cuda()), which vllm-kunlun's
+    platform answers with false, also in a working stack.
+  - With I(quantization), it loads that method as vLLM does when it starts, the C(vllm.general_plugins)
+    entry points first, then C(get_quantization_config) of C(vllm.model_executor.layers.quantization) (which
+    the image build may have replaced with vllm-kunlun's); the method must be in its C(QUANTIZATION_METHODS).
+  - A component built from a source tree (C(source) in its pin) is identified by its commit (the bundle
+    check), so its installed version is shown and not compared, since the tree declares its own.
   - The findings are compared with the pins and with the known-bad combinations, through the checker
     preflight uses (C(module_utils/kunlun_stack.py)). Any mismatch fails with a table
     C(layer | component | expected | found). The message names each broken layer, lowest first, with its
@@ -70,10 +78,10 @@ options:
   platform_fields:
     description:
       - What the platform class that vllm-kunlun registers must say. vLLM reads these fields from it. In
-        CUDA-compatible mode they are C(device_name=cuda), C(dispatch_key=CUDA) and C(dist_backend=nccl),
-        with XCCL behind the nccl name. Only the keys given are checked.
+        CUDA-compatible mode they are C(device_name=cuda) and C(dist_backend=nccl), with XCCL behind the
+        nccl name. Only the keys given are checked (add C(dispatch_key) to check it too).
     type: dict
-    default: {device_name: cuda, dispatch_key: CUDA, dist_backend: nccl}
+    default: {device_name: cuda, dist_backend: nccl}
   python:
     description:
       - The interpreter inside the image. Default C(<components.python.venv>/bin/python).
@@ -96,6 +104,29 @@ options:
         missing card shows as a wrong count in the table.
     type: list
     elements: path
+  quantization:
+    description: The serving C(--quantization) method to load in the image; empty to skip that check.
+    type: str
+    default: ""
+  shm_size:
+    description: The container's C(/dev/shm) size (C(--shm-size)), as the serving container has it; empty for Docker's.
+    type: str
+    default: ""
+  cap_add:
+    description: Capabilities added to the container (C(--cap-add)), as the serving container has them.
+    type: list
+    elements: str
+    default: []
+  security_opt:
+    description: Security options of the container (C(--security-opt)), as the serving container has them.
+    type: list
+    elements: str
+    default: []
+  volumes:
+    description: Bind mounts (C(--volume host:container[:ro])), as the serving container has them.
+    type: list
+    elements: str
+    default: []
 author:
   - kunlun-fleet contributors
 """
@@ -108,6 +139,11 @@ EXAMPLES = r"""
     known_bad: "{{ kunlun_stack_known_bad }}"
     device_count: "{{ kunlun_stack_device_count }}"
     env: "{{ kunlun_stack_serving_env }}"
+    quantization: "{{ kunlun_stack_serving.quantization }}"
+    shm_size: 32g
+    cap_add: [SYS_PTRACE]
+    security_opt: [seccomp=unconfined]
+    volumes: ["/usr/local/bin/xpu-smi:/usr/local/bin/xpu-smi:ro"]
   register: image_proof
 
 - name: Prove it with a narrower memory range (GiB of device 0) and the platform fields spelled out
@@ -116,7 +152,7 @@ EXAMPLES = r"""
     components: "{{ kunlun_stack_components }}"
     device_memory_min_gib: 90
     device_memory_max_gib: 96
-    platform_fields: {device_name: cuda, dispatch_key: CUDA, dist_backend: nccl}
+    platform_fields: {device_name: cuda, dist_backend: nccl}
 """
 
 RETURN = r"""
@@ -207,10 +243,20 @@ def interpreter(params):
     return venv.rstrip("/") + "/bin/python" if venv else None
 
 
-def probe_command(docker, image, python, devices, env, request):
-    """The docker run command line of the probe (a list; never privileged, no network)."""
+def probe_command(docker, image, python, devices, env, request, shm_size="", cap_add=(), security_opt=(),
+                  volumes=()):
+    """The docker run command line of the probe (a list; never privileged, no network), with
+    the serving container's shm size, capabilities, security options and mounts."""
     cmd = [docker, "run", "--rm", "--network", "none", "--workdir", "/",
            "--label", "org.kunlun-fleet.stack-proof=1", "--entrypoint", python]
+    if shm_size:
+        cmd += ["--shm-size", str(shm_size)]
+    for cap in cap_add or ():
+        cmd += ["--cap-add", str(cap)]
+    for opt in security_opt or ():
+        cmd += ["--security-opt", str(opt)]
+    for volume in volumes or ():
+        cmd += ["--volume", str(volume)]
     for node in devices:
         cmd += ["--device", "%s:%s" % (node, node)]
     for key in sorted(env):
@@ -224,7 +270,7 @@ def evaluate(report, params):
     rows = judge(report, params["components"], params["device_count"],
                  params["python_match"], problems,
                  memory_gib=(params["device_memory_min_gib"], params["device_memory_max_gib"]),
-                 platform_fields=params["platform_fields"])
+                 platform_fields=params["platform_fields"], quantization=params.get("quantization") or None)
     return rows, [r for r in rows if not r["ok"]]
 
 
@@ -237,12 +283,17 @@ def main():
             device_count=dict(type="int", default=8),
             device_memory_min_gib=dict(type="float", default=80.0),
             device_memory_max_gib=dict(type="float", default=100.0),
-            platform_fields=dict(type="dict", default=dict(device_name="cuda", dispatch_key="CUDA",
+            platform_fields=dict(type="dict", default=dict(device_name="cuda",
                                                            dist_backend="nccl")),
             python=dict(type="str"),
             python_match=dict(type="str", choices=["exact", "minor"], default="exact"),
             env=dict(type="dict", default={}),
             devices=dict(type="list", elements="path"),
+            quantization=dict(type="str", default=""),
+            shm_size=dict(type="str", default=""),
+            cap_add=dict(type="list", elements="str", default=[]),
+            security_opt=dict(type="list", elements="str", default=[]),
+            volumes=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -267,7 +318,9 @@ def main():
                              % (image, (err or out).strip()), devices=devices, proven=False)
 
     env = dict((str(k), str(v)) for k, v in (params["env"] or {}).items())
-    cmd = probe_command(docker, image, python, devices, env, probe_request(params["components"]))
+    cmd = probe_command(docker, image, python, devices, env,
+                        probe_request(params["components"], params["quantization"] or None),
+                        params["shm_size"], params["cap_add"], params["security_opt"], params["volumes"])
     rc, out, err = module.run_command(cmd)
     try:
         report = parse_probe_output(out)

@@ -19,6 +19,9 @@ description:
   - Returns what it found as C(ansible_facts). Changes nothing on the host.
   - Works on a host without the driver; then C(xpu_device_count) is 0,
     C(xpu_driver_version) is null and C(xpu_devices) is empty.
+  - Fails when the driver answers (xpu-smi runs, or C(/proc/kunlun/version) exists) but
+    none of xpu-smi's header, C(xpu-smi -q) and C(/proc/kunlun/version) gives an XRE
+    release; the message names what each of them printed.
 version_added: "1.0.0"
 author: kunlun-fleet contributors
 options:
@@ -70,6 +73,11 @@ notes:
     C(ALL Version) (C(1.0.2.14.1.54) is release C(1.54)); other shapes are compared whole.
   - Card variant from the part number - C(B00100300110312) is C(VD) (needs the kunlun
     module option C(KLreg_RegistryDwords)), C(B00100300110112) is C(VC).
+  - The XRE release (C(xpu_driver_version)) is the first value shaped like one (three or
+    more dotted numbers, e.g. C(5.0.21.26)) of the table header's C(Driver Version),
+    C(xpu-smi -q)'s C(Driver Version) and C(/proc/kunlun/version). Some xpu-smi builds
+    print C(515.58) as C(Driver Version) and C(N/A) as C(XPU-RT Version); 515.58 is not
+    an XRE release, so the release comes from the next source (docs/target.md).
   - Power cap and power use per card from the table's C(Pwr:Usage/Cap) column
     (C(85W / 400W)), else from the C(Power Readings) block of C(xpu-smi -q); a value that
     is not a figure (C(N/A), C(ERR!)) is null (unknown), never an error.
@@ -116,15 +124,33 @@ ansible_facts:
       type: str
       sample: "xpu-smi exited 9: No XPU device found"
     xpu_driver_version:
-      description: Driver (XRE) version from xpu-smi, else from /proc/kunlun/version.
+      description:
+        - The loaded driver's XRE release, from the first source that gives one (see the
+          notes), null without a driver.
       type: str
       sample: 5.0.21.26
+    xpu_driver_version_source:
+      description:
+        - Where I(xpu_driver_version) was read - C(xpu-smi), C(xpu-smi -q) or
+          C(/proc/kunlun/version); null without a driver.
+      type: str
+      sample: /proc/kunlun/version
+    xpu_driver_version_read:
+      description:
+        - What each source printed, null where it gave nothing - the table header's C(Driver
+          Version) and C(XPU-RT Version), C(xpu-smi -q)'s C(Driver Version) line, the first
+          line of C(/proc/kunlun/version).
+      type: dict
+      sample:
+        xpu-smi: "Driver Version: 515.58 XPU-RT Version: N/A"
+        xpu-smi -q: "Driver Version : 515.58"
+        /proc/kunlun/version: null
     xpu_runtime_version:
       description: XPU-RT version from xpu-smi (null when it prints N/A).
       type: str
       sample: 5.0.21
     xpu_proc_driver_version:
-      description: The version in /proc/kunlun/version, null when the file is absent.
+      description: The XRE release in /proc/kunlun/version, null when the file is absent or names none.
       type: str
     xpu_device_count:
       description: Number of devices xpu-smi reports.
@@ -220,6 +246,7 @@ import re
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.xpu_smi import (
     device_state,
+    driver_release,
     firmware_at_least,
     firmware_release,
     kunlun_modules_loaded,
@@ -260,6 +287,8 @@ def gather(module):
         'xpu_smi_path': None,
         'xpu_smi_error': None,
         'xpu_driver_version': None,
+        'xpu_driver_version_source': None,
+        'xpu_driver_version_read': {},
         'xpu_runtime_version': None,
         'xpu_proc_driver_version': None,
         'xpu_device_count': 0,
@@ -282,12 +311,15 @@ def gather(module):
     table = {'driver_version': None, 'runtime_version': None, 'devices': [], 'processes': []}
     query = {'devices': []}
     listing = []
+    table_text = query_text = None
     if smi:
         rc, out, err = module.run_command([smi])
         if rc == 0:
+            table_text = out
             table = parse_table(out)
             rc_q, out_q, err_q = module.run_command([smi, '-q'])
             if rc_q == 0:
+                query_text = out_q
                 query = parse_query(out_q)
             rc_l, out_l, err_l = module.run_command([smi, '-L'])
             if rc_l == 0:
@@ -297,12 +329,17 @@ def gather(module):
             facts['xpu_smi_error'] = 'xpu-smi exited %d: %s' % (
                 rc, message[0] if message else 'no output')
 
-    facts['xpu_driver_version'] = table['driver_version'] or query.get('driver_version')
+    # The header's Driver Version is the XRE release in one xpu-smi form only (515.58 in
+    # the other): the release is taken from the source that gives one.
+    proc_text = read_text(os.path.join(proc_dir, 'kunlun', 'version'))
+    release = driver_release(table_text, query_text, proc_text)
+    if release['error']:
+        module.fail_json(msg=release['error'], xpu_driver_version_read=release['read'])
+    facts['xpu_driver_version'] = release['version']
+    facts['xpu_driver_version_source'] = release['source']
+    facts['xpu_driver_version_read'] = release['read']
     facts['xpu_runtime_version'] = table['runtime_version'] or query.get('runtime_version')
-    proc_version = parse_proc_version(read_text(os.path.join(proc_dir, 'kunlun', 'version')))
-    facts['xpu_proc_driver_version'] = proc_version
-    if not facts['xpu_driver_version']:
-        facts['xpu_driver_version'] = proc_version
+    facts['xpu_proc_driver_version'] = parse_proc_version(proc_text)
     if module.params['driver_minimum']:
         facts['xpu_driver_at_least_minimum'] = version_at_least(
             facts['xpu_driver_version'], module.params['driver_minimum'])

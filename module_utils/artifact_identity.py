@@ -6,8 +6,9 @@
 - a wheel: Name and Version of its *.dist-info/METADATA, and what its file name parses to;
 - a makeself-style .run installer: its kind (the XRE driver, the Kunlun torch "xpytorch")
   and version, from the shell header (the first bytes only: the payload may be GBs);
-- a source tarball: Name and Version (PKG-INFO, else setup.py) and the commit it was cut
-  from (git archive's pax comment, else COMMIT / __commit__ in setup.py or the package);
+- a source tarball: its name and the versions it declares (PKG-INFO, pyproject.toml,
+  setup.py), the commit it was cut from (only git archive records one: the comment of its
+  pax global header), and its layout (at the root, or in one top-level directory);
 - a `docker save` archive: the RepoTags of its manifest.json;
 - a .deb: only recognised (the engine role reads the packages itself).
 
@@ -50,8 +51,6 @@ INSTALLERS = {
 
 _WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(?:-(?P<build>\d[^-]*))?"
                          r"-(?P<tag>[^-]+-[^-]+-[^-]+)\.whl$")
-_COMMIT = [re.compile(r"""^\s*COMMIT\s*=\s*["']([0-9a-fA-F]{7,40})["']""", re.M),
-           re.compile(r"""^\s*__commit__\s*=\s*["']([0-9a-fA-F]{7,40})["']""", re.M)]
 
 
 def normalize(name):
@@ -142,47 +141,101 @@ def _parts(member):
 _TAR_ERRORS = (tarfile.TarError, EOFError, OSError, zlib.error)
 
 
+def _toml_table_value(text, table, key):
+    """A "key = 'string'" of one TOML table (enough for pyproject.toml's [project] name and
+    version; standard library only: tomllib is Python 3.11+)."""
+    inside = False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("["):
+            inside = stripped == "[%s]" % table
+            continue
+        if inside:
+            match = re.match(r"""^%s\s*=\s*["']([^"']*)["']""" % re.escape(key), stripped)
+            if match:
+                return match.group(1)
+    return ""
+
+
+def _setup_py_value(text, key):
+    match = re.search(r"""\b%s\s*=\s*["']([^"']+)["']""" % key, text)
+    if not match and key == "version":
+        match = re.search(r"""^\s*VERSION\s*=\s*["']([^"']+)["']""", text, re.M)
+    return match.group(1) if match else ""
+
+
+# The metadata files a source tree (or an sdist) declares itself in, in the order their
+# versions are believed: an sdist's PKG-INFO is what was built; with a [project] table,
+# setuptools installs pyproject.toml's version over setup()'s.
+SOURCE_FILES = ("PKG-INFO", "pyproject.toml", "setup.py")
+# git archive writes the commit id as the comment of its pax global header (40 hex digits,
+# 64 in a SHA-256 repository); `git get-tar-commit-id` reads it back.
+_COMMIT_ID = re.compile(r"^[0-9a-fA-F]{40}(?:[0-9a-fA-F]{24})?$")
+# A top-level directory the image build may cd into (its name goes into the Dockerfile).
+_PLAIN_DIR = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+
+
 def read_source(path):
-    """{name, version, commit} of a source tarball; ValueError when it is not one."""
+    """What a source tarball says of itself; ValueError when it is not one.
+
+    {name, version, declared: {file: version}, commit, commit_from, top_dir, setup_py}:
+    name and version as declared (PKG-INFO, else pyproject.toml's [project], else
+    setup.py); `declared` every file's own version; `commit` the id git archive recorded in
+    its pax global header ("" for an sdist or a plain tarball, which record none);
+    `top_dir` the one directory the tree sits in ("" when setup.py and the rest are at the
+    archive's root: `git archive` without --prefix); `setup_py` whether that tree has a
+    setup.py (what the image build runs).
+    """
+    tops = set()
     found = {}
     try:
         with tarfile.open(path, "r:*") as archive:
-            comment = (archive.pax_headers or {}).get("comment", "")
             for member in archive:
-                parts = _parts(member)
-                if not member.isfile() or len(parts) > 3:
+                parts = [p for p in _parts(member) if p]
+                if not parts:
                     continue
-                # At the top: the root, or the one directory an sdist unpacks into.
-                if parts[-1] in ("PKG-INFO", "setup.py", "pyproject.toml") and len(parts) <= 2:
-                    found.setdefault(parts[-1], _member_text(archive, member))
-                elif parts[-1] == "__init__.py" and len(parts) >= 2 and "__init__" not in found:
-                    text = _member_text(archive, member)
-                    if "__commit__" in text:
-                        found["__init__"] = text
+                tops.add(parts[0])
+                if member.isfile() and len(parts) <= 2 and parts[-1] in SOURCE_FILES:
+                    found.setdefault("/".join(parts), _member_text(archive, member))
+            comment = str((archive.pax_headers or {}).get("comment", "") or "")
     except _TAR_ERRORS as exc:
         raise ValueError("not a readable tar archive (%s)" % exc)
-    if not any(k in found for k in ("PKG-INFO", "setup.py", "pyproject.toml")):
-        raise ValueError("no PKG-INFO, setup.py or pyproject.toml at its top")
-    name = version = ""
-    if "PKG-INFO" in found:
-        headers = _headers(found["PKG-INFO"])
-        name, version = headers.get("Name", ""), headers.get("Version", "")
-    setup = found.get("setup.py", "")
-    if not version:
-        match = (re.search(r"""^\s*VERSION\s*=\s*["']([^"']+)["']""", setup, re.M)
-                 or re.search(r"""\bversion\s*=\s*["']([^"']+)["']""", setup))
-        version = match.group(1) if match else ""
-    if not name:
-        match = re.search(r"""\bname\s*=\s*["']([^"']+)["']""", setup)
-        name = match.group(1) if match else ""
-    # git archive records the commit as the pax global header's comment.
-    commit = comment if re.match(r"^[0-9a-fA-F]{7,40}$", comment or "") else ""
-    for text in (setup, found.get("__init__", "")):
-        for pattern in _COMMIT:
-            match = None if commit else pattern.search(text)
-            if match:
-                commit = match.group(1)
-    return {"name": name, "version": version, "commit": commit.lower()}
+    top_dir = ""
+    texts = dict((name, found[name]) for name in SOURCE_FILES if name in found)
+    if not texts and len(tops) == 1:
+        top_dir = list(tops)[0]
+        if not _PLAIN_DIR.match(top_dir):
+            raise ValueError("its top-level directory %r is not a plain name" % top_dir)
+        texts = dict((name, found["%s/%s" % (top_dir, name)]) for name in SOURCE_FILES
+                     if "%s/%s" % (top_dir, name) in found)
+    if not texts:
+        raise ValueError("no PKG-INFO, setup.py or pyproject.toml at its top or in its one top-level directory")
+    declared = {}
+    names = {}
+    if "PKG-INFO" in texts:
+        headers = _headers(texts["PKG-INFO"])
+        declared["PKG-INFO"], names["PKG-INFO"] = headers.get("Version", ""), headers.get("Name", "")
+    if "pyproject.toml" in texts:
+        declared["pyproject.toml"] = _toml_table_value(texts["pyproject.toml"], "project", "version")
+        names["pyproject.toml"] = _toml_table_value(texts["pyproject.toml"], "project", "name")
+    if "setup.py" in texts:
+        declared["setup.py"] = _setup_py_value(texts["setup.py"], "version")
+        names["setup.py"] = _setup_py_value(texts["setup.py"], "name")
+    declared = dict((k, v) for k, v in declared.items() if v)
+    version = next((declared[k] for k in SOURCE_FILES if declared.get(k)), "")
+    name = next((names[k] for k in SOURCE_FILES if names.get(k)), "")
+    commit = comment.lower() if _COMMIT_ID.match(comment) else ""
+    return {"name": name, "version": version, "declared": declared, "commit": commit,
+            "commit_from": "git archive" if commit else "", "top_dir": top_dir,
+            "setup_py": "setup.py" in texts}
+
+
+def describe_declared(found):
+    """How a source declares its version, for messages: "0.15.1.dev0 (pyproject.toml),
+    0.15.1 (setup.py)"; "no version" when none does."""
+    declared = found.get("declared") or {}
+    parts = ["%s (%s)" % (declared[k], k) for k in SOURCE_FILES if declared.get(k)]
+    return ", ".join(parts) or "no version"
 
 
 def read_image(path):
@@ -210,6 +263,13 @@ def read_image(path):
 
 
 READERS = {"wheel": read_wheel, "installer": read_installer, "source": read_source, "image": read_image}
+# The key a reader's result is remembered under (bundle_manifest.SumCache): a new key when
+# a reader learns to say more, so what an older one said of a file is not taken for it.
+CACHE_KEYS = {"source": "source-2", "identify": "identify-2"}
+
+
+def cache_key(kind):
+    return CACHE_KEYS.get(kind, kind)
 
 
 def sniff(path):

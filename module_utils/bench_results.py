@@ -15,6 +15,17 @@ aiperf names them differently: its `inter_token_latency` is vllm's TPOT, its
 `inter_chunk_latency` is vllm's ITL; the figures here are computed from the per-request
 records (profile_export.jsonl), not taken from aiperf's summary.
 
+Output tokens are counted as vllm bench serve counts them (benchmarks/serve.py,
+calculate_metrics): each response's own usage (`completion_tokens` of the last usage
+chunk, which the server sends with stream_options.include_usage), the client's tokenizer
+only for a response without usage. Text decoded from the token ids a model sampled does
+not re-tokenize to the same count (against a real vLLM 0.15.1 the re-tokenized count was
+25-60 % above the server's count), so the count aiperf makes of the text received is kept
+beside, never used for a figure or for validity. A point is valid when the responses'
+usage agrees with the servers' Prometheus counters (vllm:generation_tokens_total and
+vllm:prompt_tokens_total over the point: the engine's own per-step accounting, a path
+apart from the usage the API layer writes into each response).
+
 Standard library only; pure functions apart from reading files and /proc.
 """
 
@@ -66,9 +77,11 @@ def _metric(record, name):
 
 def read_records(path):
     """aiperf's profile_export.jsonl: one dict per request, in vllm bench serve's terms.
-    Keys: ok, start_ns, end_ns, ttft_ms, latency_ms, output_tokens (client-counted,
-    aiperf's tokenizer on the text received), usage_tokens (the server's usage field),
-    input_tokens, itl_ms (list), error (None or "code type: message")."""
+    Keys: ok, start_ns, end_ns, ttft_ms, latency_ms, aiperf_output_tokens (aiperf's
+    output_sequence_length: its tokenizer on the text received, or the usage when it ran
+    with use_server_token_count), usage_tokens and usage_prompt_tokens (the response's
+    usage field, the server's own count), input_tokens (aiperf's count of the prompt),
+    itl_ms (list), error (None or "code type: message")."""
     records = []
     if not os.path.exists(path):
         return records
@@ -97,8 +110,9 @@ def read_records(path):
                 "end_ns": meta.get("request_end_ns"),
                 "ttft_ms": _metric(raw, "time_to_first_token"),
                 "latency_ms": _metric(raw, "request_latency"),
-                "output_tokens": _metric(raw, "output_sequence_length"),
+                "aiperf_output_tokens": _metric(raw, "output_sequence_length"),
                 "usage_tokens": _metric(raw, "usage_completion_tokens"),
+                "usage_prompt_tokens": _metric(raw, "usage_prompt_tokens"),
                 "input_tokens": _metric(raw, "input_sequence_length") or _metric(raw, "error_isl"),
                 "itl_ms": itl if isinstance(itl, list) else [],
                 "error": error or ("cancelled" if meta.get("was_cancelled") else None),
@@ -106,18 +120,28 @@ def read_records(path):
     return records
 
 
-def summarize(records):
-    """The point's client-side figures from read_records' list."""
+def _sum(values):
+    values = [int(v) for v in values if v is not None]
+    return sum(values) if values else None
+
+
+def summarize(records, retokenized=True):
+    """The point's client-side figures from read_records' list. Output tokens, and with
+    them output tok/s and TPOT, are each response's usage (the client's count only for a
+    response without one, as vllm bench serve does). `retokenized`: aiperf counted the
+    text with the tokenizer (False when it ran with use_server_token_count, whose
+    output_sequence_length is the usage again): that count is kept as
+    retokenized_output_tokens, beside the figures."""
     ok = [r for r in records if r["ok"]]
     failed = [r for r in records if not r["ok"]]
     starts = [r["start_ns"] for r in records if r["start_ns"]]
     ends = [r["end_ns"] for r in records if r["end_ns"]]
     duration = (max(ends) - min(starts)) / 1e9 if starts and ends and max(ends) > min(starts) else 0.0
-    out_tokens = sum(int(r["output_tokens"] or 0) for r in ok)
-    usage = [r["usage_tokens"] for r in ok if r["usage_tokens"] is not None]
+    tokens = [r["usage_tokens"] if r["usage_tokens"] is not None else r["aiperf_output_tokens"] for r in ok]
+    out_tokens = sum(int(n or 0) for n in tokens)
     tpot = []
-    for r in ok:
-        n = r["output_tokens"] or 0
+    for r, n in zip(ok, tokens):
+        n = n or 0
         if n > 1 and r["latency_ms"] is not None and r["ttft_ms"] is not None:
             tpot.append((r["latency_ms"] - r["ttft_ms"]) / (n - 1))
     itl = [gap for r in ok for gap in r["itl_ms"]]
@@ -125,6 +149,7 @@ def summarize(records):
     for r in failed:
         errors[r["error"] or "unknown"] = errors.get(r["error"] or "unknown", 0) + 1
     tpot_d = distribution(tpot)
+    prompt = [r["usage_prompt_tokens"] if r["usage_prompt_tokens"] is not None else r["input_tokens"] for r in ok]
     return {
         "requests": len(records),
         "completed": len(ok),
@@ -132,8 +157,11 @@ def summarize(records):
         "errors": errors,
         "duration_s": round(duration, 3),
         "output_tokens": out_tokens,
-        "usage_output_tokens": int(sum(usage)) if usage else None,
-        "input_tokens": sum(int(r["input_tokens"] or 0) for r in ok),
+        "usage_output_tokens": _sum(r["usage_tokens"] for r in ok),
+        "usage_prompt_tokens": _sum(r["usage_prompt_tokens"] for r in ok),
+        "responses_without_usage": sum(1 for r in ok if r["usage_tokens"] is None),
+        "retokenized_output_tokens": _sum(r["aiperf_output_tokens"] for r in ok) if retokenized else None,
+        "input_tokens": sum(int(n or 0) for n in prompt),
         "output_tok_s": (out_tokens / duration) if duration else 0.0,
         "requests_per_s": (len(ok) / duration) if duration else 0.0,
         "ttft_ms": distribution([r["ttft_ms"] for r in ok]),
@@ -206,21 +234,79 @@ def counter_delta(before, after):
     return out
 
 
-def agreement(client_tokens, server_tokens, tolerance_pct):
-    """(valid, diff_pct, reason): the client's output tokens against the servers' count."""
+def agreement(usage_tokens, server_tokens, tolerance_pct, what="output"):
+    """(valid, diff_pct, reason): the responses' usage against the servers' counters,
+    for `what` tokens (output or prompt)."""
     if server_tokens is None:
         return False, None, "the servers' counters could not be read before and after the point"
-    if server_tokens == 0 and client_tokens == 0:
+    usage_tokens = usage_tokens or 0
+    if server_tokens == 0 and usage_tokens == 0:
         return True, 0.0, "no tokens on either side"
     base = float(max(server_tokens, 1))
-    diff = 100.0 * (client_tokens - server_tokens) / base
+    diff = 100.0 * (usage_tokens - server_tokens) / base
     if abs(diff) > tolerance_pct:
-        return False, diff, ("client counted %d output tokens, the servers %d (%+.1f%%, more than %.1f%%)"
-                             % (client_tokens, server_tokens, diff, tolerance_pct))
+        return False, diff, ("the responses' usage says %d %s tokens, the servers' counters %d (%+.1f%%, more "
+                             "than %.1f%%)" % (usage_tokens, what, server_tokens, diff, tolerance_pct))
     return True, diff, "within %.1f%%" % tolerance_pct
 
 
+def validity(client, server_output, server_prompt, tolerance_pct):
+    """Whether a point's figures can be trusted, from summarize()'s dict and the servers'
+    counter deltas summed over the point (None: unreadable). The responses' usage must
+    agree with the counters within tolerance_pct, for output tokens and for prompt tokens
+    (when the servers count them); every completed response must carry usage. The
+    client's re-tokenized count never decides. Returns a dict: valid, diff_pct (output),
+    prompt_diff_pct, retokenized_diff_pct (the re-tokenized count against the usage,
+    shown only) and validity (why)."""
+    usage = client.get("usage_output_tokens")
+    retok = client.get("retokenized_output_tokens")
+    out = {"valid": False, "diff_pct": None, "prompt_diff_pct": None, "validity": "",
+           "retokenized_diff_pct": (100.0 * (retok - usage) / usage) if retok is not None and usage else None}
+    missing = client.get("responses_without_usage") or 0
+    ok, out["diff_pct"], why = agreement(usage, server_output, tolerance_pct)
+    if server_output is None:
+        out["validity"] = why
+        return out
+    if missing:
+        out["validity"] = ("%d of %d completed responses carried no usage, so the output tokens cannot be "
+                           "checked against the servers' counters (vLLM sends usage when the request asks "
+                           "for stream_options.include_usage, as aiperf does)" % (missing, client.get("completed", 0)))
+        return out
+    if not ok:
+        out["validity"] = why
+        return out
+    if server_prompt is not None:
+        pok, out["prompt_diff_pct"], pwhy = agreement(client.get("usage_prompt_tokens"), server_prompt,
+                                                      tolerance_pct, "prompt")
+        if not pok:
+            out["validity"] = pwhy
+            return out
+        why = "output and prompt tokens " + why
+    else:
+        why = "output tokens %s (the servers report no prompt token counter)" % why
+    out["valid"], out["validity"] = True, why
+    return out
+
+
 # ---------------------------------------------------------------- the load generator's machine
+def concurrent_streams(points, host_parallel):
+    """The most streams the bench's points keep open at once, and how: the fleet's points
+    run one after another, then every host's own points, hosts side by side
+    (`host_parallel` at a time, each host's points one after another), so the worst case
+    is the largest fleet point or the `host_parallel` largest host maxima together. No
+    point of a kind: it adds nothing (fleet points only, or hosts only, or none)."""
+    fleet = [int(p.get("concurrency") or 0) for p in points if p.get("target") == "fleet"]
+    hosts = {}
+    for p in points:
+        if p.get("target") != "fleet":
+            hosts[p.get("target")] = max(hosts.get(p.get("target"), 0), int(p.get("concurrency") or 0))
+    side_by_side = sorted(hosts.values(), reverse=True)[:max(int(host_parallel), 1)]
+    streams = max([max(fleet or [0]), sum(side_by_side)])
+    detail = "largest fleet point %d, %d host(s) side by side at their largest %d" % (
+        max(fleet or [0]), len(side_by_side), sum(side_by_side))
+    return streams, detail
+
+
 def fd_plan(concurrency, headroom, soft, hard):
     """What the open-files limit needs for `concurrency` streams: (needed, action, message);
     action is "ok", "raise" (soft below, hard enough: raised for the load generator) or
@@ -274,7 +360,8 @@ API_KEY_ENV = "KF_BENCH_API_KEY"
 
 
 def aiperf_config(url, model, tokenizer, concurrency, isl, osl, artifact_dir, requests=0, duration=0.0,
-                  grace=0.0, timeout=600.0, workers=2, entries=None, api_key=True, seed=0, corpus="random"):
+                  grace=0.0, timeout=600.0, workers=2, entries=None, api_key=True, seed=0, corpus="random",
+                  retokenize=True):
     """aiperf's YAML configuration (its envelope shape, written as JSON, a subset of YAML;
     the benchmark under `benchmark:`, the seed beside it). The API key is not
     in it: `${KF_BENCH_API_KEY}`, which aiperf substitutes from the environment, so the key
@@ -282,7 +369,12 @@ def aiperf_config(url, model, tokenizer, concurrency, isl, osl, artifact_dir, re
     `corpus` is where the prompts' tokens come from: "random" draws them from the
     tokenizer's vocabulary, as `vllm bench serve --dataset-name random` does (the way the
     reference figures were measured, and no corpus to tokenize before the point starts);
-    "sonnet" or "coding" make prose or code from aiperf's own text."""
+    "sonnet" or "coding" make prose or code from aiperf's own text.
+    Every request asks for the usage chunk (stream_options.include_usage; aiperf 0.13 adds
+    it to streamed completions too, here it is not left to that). `retokenize`: aiperf also
+    counts the text received with the tokenizer (output_sequence_length, kept beside the
+    usage); False sets its use_server_token_count, which skips that count (less client CPU)
+    and makes its own exports count the usage."""
     phase = {"name": "profiling", "kind": "profiling", "type": "concurrency",
              "concurrency": int(concurrency)}
     if requests:
@@ -293,7 +385,8 @@ def aiperf_config(url, model, tokenizer, concurrency, isl, osl, artifact_dir, re
     if entries is None:
         entries = int(requests) if requests else max(2 * int(concurrency), 100)
     endpoint = {"urls": [url], "type": "completions", "streaming": True, "timeout": float(timeout),
-                "extra": {"ignore_eos": True}}
+                "use_server_token_count": not retokenize,
+                "extra": {"ignore_eos": True, "stream_options": {"include_usage": True}}}
     if api_key:
         endpoint["api_key"] = "${%s}" % API_KEY_ENV
     return {"benchmark": {

@@ -25,7 +25,8 @@ from __future__ import absolute_import, division, print_function
 import json
 import os
 
-from ansible.module_utils.artifact_identity import INSTALLERS, READERS, normalize, parse_wheel_name
+from ansible.module_utils.artifact_identity import (INSTALLERS, READERS, cache_key, describe_declared, normalize,
+                                                    parse_wheel_name)
 from ansible.module_utils.bundle_manifest import MANIFEST, SumCache, check_bundle, parse_manifest, read_manifest
 from ansible.module_utils.model_config import check_config
 
@@ -74,8 +75,12 @@ def expected(pins):
             add(key, kind="wheel", name=comp["wheel"], version=comp.get("version"), layout=LAYOUT["wheel"],
                 origin=comp.get("origin", "vendor"), check_file_version=comp.get("check_file_version", True))
         elif comp.get("source"):
+            # A source tree is its commit: the version is what the notes call it (not gated).
+            # `sha256`: the digest of a tarball that records no commit (an sdist, a plain
+            # tar), declared by the operator as that commit's.
             add(key, kind="source", name=comp["source"], version=comp.get("version"),
-                commit=str(comp.get("commit") or ""), layout=LAYOUT["source"])
+                commit=str(comp.get("commit") or ""), layout=LAYOUT["source"],
+                tarball_sha256=str(comp.get("sha256") or "").lower())
     if pins.get("kunlun_stack_base_image"):
         add("base_image", kind="image", reference=pins["kunlun_stack_base_image"], layout=LAYOUT["image"])
     model = pins.get("kunlun_stack_model") or {}
@@ -94,7 +99,7 @@ def describe(spec):
         what = INSTALLERS.get(spec["installer"], {}).get("what", "the %s installer" % spec["installer"])
         return "%s %s" % (what, spec["version"])
     if spec["kind"] == "source":
-        return "the %s %s source tarball at commit %s" % (spec["name"], spec["version"], spec["commit"])
+        return "the %s source at commit %s (%s)" % (spec["name"], spec["commit"] or "(none pinned)", spec["version"])
     if spec["kind"] == "image":
         return "the base image %s (docker save archive)" % spec["reference"]
     if spec["kind"] == "model":
@@ -117,9 +122,41 @@ def _safe(rel):
     return bool(rel) and isinstance(rel, str) and not os.path.isabs(rel) and ".." not in rel.split("/")
 
 
-def identity_problems(spec, found, file_name, rel):
+def source_problems(spec, found, rel, digest=None):
+    """A source tarball against its pin: its commit (git archive's pax header), else the
+    sha256 the operator declared for that commit (`digest` is the file's), and a setup.py
+    for the image build. The versions it declares are shown, never compared: the public
+    0.15.1-era tree says v1.0 in setup.py and 0.11.0 in pyproject.toml (docs/bundle.md)."""
+    want, commit = (spec.get("commit") or "").lower(), found.get("commit") or ""
+    declared_sum = spec.get("tarball_sha256") or ""
+    what = "%s declaring %s" % (found.get("name"), describe_declared(found))
+    key = spec.get("key", "vllm_kunlun")
+    fix = ("use `git archive --format=tar.gz %s` of the %s repository (its pax header records the commit); for a "
+           "tarball the vendor gave as that commit, declare its sha256 as kunlun_stack_components.%s.sha256"
+           % (want or "COMMIT", spec["name"], key))
+    problems = []
+    if not want:
+        if found.get("version") != spec["version"]:
+            problems.append((rel, "%s, the pin is %s (and names no commit)" % (what, spec["version"]),
+                             "pin the commit (kunlun_stack_components.%s.commit)" % key))
+    elif commit and not (commit.startswith(want) or want.startswith(commit)):
+        problems.append((rel, "is commit %s (git archive's pax header; %s), the pin is %s" % (commit, what, want), fix))
+    elif not commit and not declared_sum:
+        problems.append((rel, "%s records no commit (an sdist or a plain tarball, not a git archive): nothing shows it "
+                         "is commit %s" % (what, want), fix))
+    if declared_sum and digest and digest != declared_sum:
+        problems.append((rel, "sha256 %s is not the one declared for commit %s (kunlun_stack_components.%s.sha256: %s)"
+                         % (digest, want, key, declared_sum), fix))
+    if not found.get("setup_py"):
+        problems.append((rel, "has no setup.py at its top or in its one top-level directory (%s): the image builds "
+                         "it with setup.py build and install" % (found.get("top_dir") or "none"), fix))
+    return problems
+
+
+def identity_problems(spec, found, file_name, rel, digest=None):
     """What is wrong with a file that says `found` (artifact_identity) for `spec`:
-    [(path, state, fix)]. The builder judges vendor files with it, the check bundle files."""
+    [(path, state, fix)]. The builder judges vendor files with it, the check bundle files.
+    `digest`: the file's sha256 (a source's identity when it records no commit)."""
     fix = "use %s" % describe(spec)
     if "error" in found:
         return [(rel, "not %s: %s" % (describe(spec), found["error"]), fix)]
@@ -136,7 +173,7 @@ def identity_problems(spec, found, file_name, rel):
         if normalize(found.get("name")) != normalize(spec["name"]):
             problems.append((rel, "%s says it is %s, not %s" % (
                 "its METADATA" if kind == "wheel" else "the source", found.get("name") or "nothing", spec["name"]), fix))
-        elif found.get("version") != spec["version"]:
+        elif kind == "wheel" and found.get("version") != spec["version"]:
             problems.append((rel, "%s %s, the pin is %s" % (found.get("name"), found.get("version") or "(no version)",
                                                             spec["version"]), fix))
         if kind == "wheel" and not problems:
@@ -150,11 +187,7 @@ def identity_problems(spec, found, file_name, rel):
                 problems.append((rel, "its file name says version %s, its METADATA %s" % (
                     parsed["version"], found["version"]), fix))
         if kind == "source" and not problems:
-            commit, want = found.get("commit") or "", spec.get("commit") or ""
-            if want and not commit:
-                problems.append((rel, "records no commit (the pin is %s)" % want, fix))
-            elif want and not (commit.startswith(want.lower()) or want.lower().startswith(commit)):
-                problems.append((rel, "is commit %s, the pin is %s" % (commit, want), fix))
+            problems = source_problems(spec, found, rel, digest)
     elif kind == "image":
         if spec["reference"] not in (found.get("repo_tags") or []):
             problems.append((rel, "holds %s, not %s" % (", ".join(found.get("repo_tags") or []) or "no tagged image",
@@ -206,7 +239,7 @@ def model_problems(bundle_dir, spec, manifest_rel, directory, sums=None):
     return problems
 
 
-def _entry_problems(bundle_dir, key, entry, spec, sums, cache):
+def _entry_problems(bundle_dir, key, entry, spec, sums, cache, identities=None):
     fix = build_fix(bundle_dir)
     rel = entry.get("path")
     if not _safe(rel):
@@ -233,8 +266,10 @@ def _entry_problems(bundle_dir, key, entry, spec, sums, cache):
             return problems + [(INDEX, "model: the directory is %r, the pin's is %s (kunlun_stack_model.directory)"
                                 % (directory, want), fix)]
         return problems + model_problems(bundle_dir, spec, rel, directory, sums)
-    found = cache.metadata(full, spec["kind"], READERS[spec["kind"]])
-    problems += identity_problems(spec, found, os.path.basename(rel), rel)
+    found = cache.metadata(full, cache_key(spec["kind"]), READERS[spec["kind"]])
+    if identities is not None:
+        identities[key] = found
+    problems += identity_problems(spec, found, os.path.basename(rel), rel, sums[rel])
     said = entry.get("version")
     if spec["kind"] != "image" and "error" not in found and said is not None and str(said) != found.get("version"):
         problems.append((rel, "bundle.yml says version %s for %s, the file says %s" % (
@@ -242,9 +277,10 @@ def _entry_problems(bundle_dir, key, entry, spec, sums, cache):
     return problems
 
 
-def index_problems(bundle_dir, index, pins, keys, sums, cache, index_all=False):
+def index_problems(bundle_dir, index, pins, keys, sums, cache, index_all=False, identities=None):
     """Problems of bundle.yml's entries for `keys` (and every entry with index_all) against the
-    pins, the manifest's sums and the files: [(path, state, fix)]."""
+    pins, the manifest's sums and the files: [(path, state, fix)]. `identities` receives what
+    each file says of itself (artifact_identity), by key."""
     fix = build_fix(bundle_dir)
     if not isinstance(index, dict) or index.get("format") != FORMAT:
         return [(INDEX, "is format %s; this kunlun-fleet reads format %d" % (
@@ -268,19 +304,20 @@ def index_problems(bundle_dir, index, pins, keys, sums, cache, index_all=False):
         if not isinstance(entry, dict):
             problems.append((INDEX, "maps no file for %s (%s): the bundle lacks it" % (key, describe(spec)), fix))
             continue
-        problems += _entry_problems(bundle_dir, key, entry, spec, sums, cache)
+        problems += _entry_problems(bundle_dir, key, entry, spec, sums, cache, identities)
     return problems
 
 
 def check(bundle_dir, pins, index, artifacts=(), required=(), cache_path=None, only_required=False,
-          index_all=False, sums_out=None):
+          index_all=False, sums_out=None, identities_out=None):
     """Problems of a bundle, [(relative path, what is wrong, fix)], empty when sound.
 
     The manifest as bundle_manifest.check_bundle verifies it (`required` paths, or with
     only_required only those), plus, when `artifacts` (pin keys) are asked for or index_all,
     bundle.yml: present, and each of those keys' entries (every pinned entry it has with
     index_all) true to the pins and the files; their files are required paths too. sums_out
-    receives the manifest's sha256 of every required path.
+    receives the manifest's sha256 of every required path, identities_out what each checked
+    entry's file says of itself (a source's commit, declared versions and top directory).
     """
     use_index = bool(artifacts) or index_all
     if use_index and not os.path.isfile(os.path.join(bundle_dir, INDEX)):
@@ -303,6 +340,6 @@ def check(bundle_dir, pins, index, artifacts=(), required=(), cache_path=None, o
                 required += [p for p in entry_paths(entries[key], sums) if p not in required]
     problems = check_bundle(bundle_dir, required, only_required=only_required, sums_out=sums_out, cache=cache)
     if use_index and sums is not None:
-        problems += index_problems(bundle_dir, index, pins, artifacts, sums, cache, index_all)
+        problems += index_problems(bundle_dir, index, pins, artifacts, sums, cache, index_all, identities_out)
     cache.save()
     return problems

@@ -12,6 +12,7 @@ input. Standard library only: it also runs on managed hosts (Python 3.8+).
 
 from __future__ import absolute_import, division, print_function
 
+import difflib
 import re
 
 __metaclass__ = type
@@ -181,7 +182,32 @@ def check_serving(args, rules, device_count):
         problems.append(Problem("mamba_ssm_cache_dtype", "%r is not one of vllm's choices %s"
                                 % (args.get("mamba_ssm_cache_dtype"), ", ".join(choices)),
                                 "set it to float16"))
+    problems.extend(check_quantization(args, rules))
     return problems
+
+
+def check_quantization(args, rules):
+    """--quantization against the methods the pinned stack provides (rules'
+    quantization_methods; none listed: not checked) and the ones it refuses unless
+    allow_deprecated_quantization."""
+    method = args.get("quantization")
+    methods = [str(m) for m in rules.get("quantization_methods") or []]
+    if method in (None, "", False) or not methods:
+        return []
+    method = str(method)
+    if method not in methods:
+        close = difflib.get_close_matches(method, methods, n=1, cutoff=0.5)
+        return [Problem(
+            "quantization", "%r is not a method the pinned stack provides (vllm's, with none added by vllm-kunlun): "
+            "vllm refuses it when it starts" % method,
+            "%sset quantization to the model's quant_method (one of %s)"
+            % ("did you mean %s? " % close[0] if close else "", ", ".join(methods)))]
+    if method in [str(m) for m in rules.get("quantization_deprecated") or []] \
+            and args.get("allow_deprecated_quantization") is not True:
+        return [Problem("quantization", "%r is deprecated in the pinned vllm: it refuses it at start without "
+                        "--allow-deprecated-quantization" % method,
+                        "use the model's quant_method, or set allow_deprecated_quantization: true")]
+    return []
 
 
 _VERSION_PART = re.compile(r"(\d+)")

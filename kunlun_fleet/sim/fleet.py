@@ -39,6 +39,8 @@ KNOWN_FAULTS = {
     "xpu_firmware": "XPU kit: firmware version reported by the devices",
     "xpu_power_cap": "XPU kit: power cap in W (P800 full 400, low-power mode 120) of every card (120), "
                      "or of some (3:120 or 3:120,5:120); N/A for an unreadable cap",
+    "xpu_smi_build": "XPU kit: an xpu-smi build whose header (table and -q) prints this Driver Version and "
+                     "XPU-RT Version N/A, e.g. 515.58",
     "xpu_old_driver": "machine: install and load this older XRE version in the host after boot",
     "no_kernel_headers": "kit: /usr/src/linux-headers-$(uname -r) and /lib/modules/*/build removed",
     "disk_has_fs": "machine: the data disk already holds an ext4 filesystem (label olddata)",

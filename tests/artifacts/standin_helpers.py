@@ -78,6 +78,12 @@ def install_stack(bundle_dir: Path, work: Path, components: dict, python: str) -
     src = work / "vllm-kunlun"
     src.mkdir()
     sh("tar", "-xzf", str(bundle_dir / files["vllm_kunlun"]), "-C", str(src))
+    # The tree is where the bundle's identity of the tarball says (git archive --prefix: one
+    # top-level directory), as the image build finds it.
+    from kunlun_fleet.bundle import module_utils
+
+    top = module_utils()[0].read_source(str(bundle_dir / files["vllm_kunlun"]))["top_dir"]
+    src = src / top if top else src
     sh(py, "setup.py", "build", cwd=src)
     sh(py, "setup.py", "install", cwd=src)
     return {"venv": venv, "python": py, "src": src, "sh": sh, "env": env}

@@ -145,12 +145,51 @@ def test_patch_script_reports_failures_on_a_wrong_torch(built, tmp_path):
     cfg = site / "torch" / "_inductor" / "config.py"
     cfg.write_text(cfg.read_text().replace('"ATEN,TRITON,CPP"', '"ATEN,TRITON"'))
     (site / "torch" / "utils" / "_triton.py").unlink()
-    subprocess.run(["tar", "-xzf", str(next((out / "src").glob("*.tar.gz"))), "-C", str(tmp_path)],
+    subprocess.run(["tar", "-xzf", str(next((out / "src").glob("*.tar.gz"))), "-C", str(tmp_path), "--strip-components=1"],
                    check=True)
     proc = subprocess.run([sys.executable, str(tmp_path / "vllm_kunlun/patches/patch_torch251.py")],
                           env=dict(os.environ, PYTHONPATH=str(site)), capture_output=True, text=True)
+    # as the vendor's script: a block per patch, the results line, a rule of 64 "=", exit 1
     assert proc.returncode == 1
-    assert proc.stdout.strip().splitlines()[-1] == "9 applied / 2 failed"
+    lines = proc.stdout.splitlines()
+    assert lines[-4:] == ["  Results: 9 applied  |  0 skipped  |  2 failed  |  11 total",
+                          "  Original files backed up as .bak", "  To revert: python patch_torch251.py --revert",
+                          "=" * 64]
+    assert "Patch: torch/_inductor/config.py (lines 4)" in lines
+    assert "  FAIL: File not found: %s" % (site / "torch/utils/_triton.py") in lines
+    assert lines.count("  FAIL: Original code not found. The file may have been modified or the vLLM version "
+                       "may differ.") == 1
+
+
+def test_patch_script_reports_a_second_run_as_skipped_and_reverts(built, tmp_path):
+    """The vendor's script counts a patch already in place as skipped (0 applied on a
+    second run, exit 0), keeps a .bak of each file it changed and --revert puts it back."""
+    out, _ = built
+    run = next((out / "torch").glob("*.run"))
+    subprocess.run(["bash", str(run), "--noexec", "--target", str(tmp_path / "x")], check=True, capture_output=True)
+    site = tmp_path / "site"
+    with zipfile.ZipFile(next((tmp_path / "x").glob("torch-*.whl"))) as zf:
+        zf.extractall(site)
+    subprocess.run(["tar", "-xzf", str(next((out / "src").glob("*.tar.gz"))), "-C", str(tmp_path), "--strip-components=1"],
+                   check=True)
+    script = str(tmp_path / "vllm_kunlun/patches/patch_torch251.py")
+    env = dict(os.environ, PYTHONPATH=str(site))
+    original = (site / "torch/cuda/__init__.py").read_text()
+
+    def run_script(*args):
+        return subprocess.run([sys.executable, script, *args], env=env, capture_output=True, text=True)
+
+    first, second = run_script(), run_script()
+    assert first.returncode == 0 and second.returncode == 0
+    assert first.stdout.splitlines()[-4:] == ["  Results: 11 applied  |  0 skipped  |  0 failed  |  11 total",
+                                              "  Original files backed up as .bak",
+                                              "  To revert: python patch_torch251.py --revert", "=" * 64]
+    assert second.stdout.splitlines()[-2:] == ["  Results: 0 applied  |  11 skipped  |  0 failed  |  11 total",
+                                               "=" * 64]
+    assert (site / "torch/cuda/__init__.py.bak").read_text() == original
+    reverted = run_script("--revert")
+    assert reverted.returncode == 0 and reverted.stdout.splitlines()[-1] == "Revert complete."
+    assert (site / "torch/cuda/__init__.py").read_text() == original
 
 
 PY310 = python310()
@@ -167,10 +206,12 @@ def test_install_the_stack_into_a_venv(built, pins, tmp_path):
     site = Path(sh(py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
     patch = sh(py, str(site / "vllm_kunlun" / "patches" / "patch_torch251.py"))
     expect = pins["kunlun_stack_patch_expect"]
-    assert patch.strip().splitlines()[-1] == f"{expect['applied']} applied / {expect['failed']} failed"
+    assert "  Results: %d applied  |  0 skipped  |  %d failed  |  11 total" % (expect["applied"], expect["failed"]) \
+        in patch.splitlines()
     shutil.copy(site / "vllm_kunlun" / "patches" / "eval_frame.py", site / "torch" / "_dynamo" / "eval_frame.py")
-    shutil.copy(site / "vllm_kunlun" / "quantization" / "__init__.py",
-                site / "vllm" / "model_executor" / "layers" / "quantization" / "__init__.py")
+    # the 0.15.1-era tree's quantization file (vllm_kunlun/ops/quantization/__init__.py) is
+    # empty: vllm's own module stays (the image build's rule)
+    assert (site / "vllm_kunlun" / "ops" / "quantization" / "__init__.py").read_text() == ""
 
     dev = make_dev_dir(tmp_path / "dev", 8)
     probe = (
@@ -182,7 +223,7 @@ def test_install_the_stack_into_a_venv(built, pins, tmp_path):
         "print(json.dumps({'versions': {n: m.version(n) for n in names}, 'torch': torch.__version__,\n"
         "  'xpu': torch.xpu.device_count(), 'devices': torch_xmlir._XMLIRC._xpu_get_devices_number(),\n"
         "  'file': vllm_kunlun.__file__, 'kunlun': _kunlun.__file__, 'ef': ef._PATCHED_BY,\n"
-        "  'q': getattr(q, '_KUNLUN_PATCHED', None), 'vllm': vllm.__version__,\n"
+        "  'q': q.get_quantization_config('compressed-tensors'), 'vllm': vllm.__version__,\n"
         "  'cuda': [torch.cuda.is_available(), torch.cuda.device_count(),\n"
         "           torch.arange(4, device='cuda:0').cpu().tolist(), str(torch.arange(4, device='cuda:0').device),\n"
         "           torch.cuda.get_device_properties(0).total_memory, torch.cuda.get_device_properties(0).name]}))\n")
@@ -198,7 +239,7 @@ def test_install_the_stack_into_a_venv(built, pins, tmp_path):
     # CUDA-compatible mode: the 8 XPUs are torch.cuda's, 96 GiB each (xpu-smi's 98304 MiB)
     assert got["cuda"] == [True, 8, [0, 1, 2, 3], "cuda:0", 98304 * 1024 * 1024, "P800 OAM"]
     assert got["file"].startswith(str(site)) and got["kunlun"].endswith(".so")
-    assert got["ef"] and got["q"]
+    assert got["ef"] and got["q"] == "compressed-tensors"
     # the installed wheel's server: argparse like vllm, `vllm` console script
     proc = subprocess.run([py, "-m", "vllm.entrypoints.openai.api_server", "--bogus"], env=env,
                           capture_output=True, text=True)

@@ -2,7 +2,8 @@
 servers (no sim host): the model directory's tokenizer loads in the load generator's
 transformers and counts exactly as the server does; the server queues beyond
 --max-num-seqs like vLLM (waiting requests, later first tokens, no errors); long prompts
-cost prefill time; its counters are exact, for completed and for aborted requests."""
+cost prefill time; its counters are exact, for completed and for aborted requests; it
+reports usage in streams as vllm 0.15.1 does (the bench's validity rests on that usage)."""
 
 import concurrent.futures
 import json
@@ -73,8 +74,10 @@ def stream(srv, prompt, max_tokens, stop_after=None):
                         chunks += 1
                         if first is None:
                             first = time.monotonic() - start
-            if stop_after is not None and chunks >= stop_after:
-                break
+                # One read can hold many events (a busy client reads late): count only
+                # up to the point where the client goes away.
+                if stop_after is not None and chunks >= stop_after:
+                    return first, chunks, usage
     return first, chunks, usage
 
 
@@ -177,3 +180,48 @@ def test_counters_count_every_token_generated(server):
     generated = after["vllm:generation_tokens_total"] - mid["vllm:generation_tokens_total"]
     assert chunks == 5 and 5 <= generated < 10000
     assert after["vllm:request_success_total:length"] == mid["vllm:request_success_total:length"]
+
+
+def events(srv, path, body):
+    """Every JSON event of a streamed request, in order (the [DONE] line left out)."""
+    req = urllib.request.Request(srv.base + path, data=json.dumps(dict(body, model=SERVED, stream=True)).encode(),
+                                 headers={"Content-Type": "application/json", "Authorization": "Bearer " + API_KEY})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        raw = r.read().decode()
+    assert raw.endswith("data: [DONE]\n\n")
+    return [json.loads(e[len("data: "):]) for e in raw.split("\n\n") if e.startswith("data: {")]
+
+
+def test_streamed_usage_as_vllm_0_15_1_reports_it(server):
+    """vllm 0.15.1: StreamOptions defaults include_usage true and continuous_usage_stats
+    false (entrypoints/openai/engine/protocol.py); should_include_usage
+    (entrypoints/utils.py); completions chunks dumped whole (usage null), the usage chunk
+    with exclude_none (completion/serving.py); chat chunks with the fields set only
+    (chat_completion/serving.py)."""
+    body = {"prompt": "the model answers", "max_tokens": 4, "ignore_eos": True}  # 3 prompt tokens
+    for opts, with_usage in (({"include_usage": True}, True), ({}, True), ({"include_usage": False}, False),
+                             (None, False)):
+        evs = events(server, "/v1/completions", dict(body, **({} if opts is None else {"stream_options": opts})))
+        content = [e for e in evs if e["choices"]]
+        assert len(content) == 4 and all(e["usage"] is None for e in content), opts
+        assert set(content[0]["choices"][0]) == {"index", "text", "logprobs", "finish_reason", "stop_reason",
+                                                 "prompt_token_ids", "token_ids"}
+        closing = [e for e in evs if not e["choices"]]
+        if with_usage:
+            assert closing == [{"id": content[0]["id"], "object": "text_completion", "created": content[0]["created"],
+                                "model": SERVED, "choices": [],
+                                "usage": {"prompt_tokens": 3, "total_tokens": 7, "completion_tokens": 4}}], opts
+        else:
+            assert closing == [], opts
+    # continuous usage: every chunk carries the prompt and the tokens streamed so far
+    evs = events(server, "/v1/completions", dict(body, stream_options={"continuous_usage_stats": True}))
+    assert [e["usage"]["completion_tokens"] for e in evs] == [1, 2, 3, 4, 4]
+    assert evs[0]["usage"] == {"prompt_tokens": 3, "total_tokens": 4, "completion_tokens": 1,
+                               "prompt_tokens_details": None}
+    assert "prompt_tokens_details" not in evs[-1]["usage"]
+    # chat: no usage key unless continuous; the role chunk counts 0 completion tokens
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    evs = events(server, "/v1/chat/completions", dict(chat, stream_options={"include_usage": True}))
+    assert all("usage" not in e for e in evs[:-1]) and evs[-1]["usage"]["completion_tokens"] == 2
+    evs = events(server, "/v1/chat/completions", dict(chat, stream_options={"continuous_usage_stats": True}))
+    assert [e["usage"]["completion_tokens"] for e in evs] == [0, 1, 2, 2]

@@ -63,12 +63,15 @@ def built_image(sim_fleet, tmp_path_factory):
     assert rc == 0, out[-3000:]
     proc = docker("build", "--no-cache", "-t", TAG, str(ctx), timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "11 applied / 0 failed" in proc.stdout
+    # the patch script's own results line, and which quantization module the build kept
+    assert "  Results: 11 applied  |  0 skipped  |  0 failed  |  11 total" in proc.stdout
+    assert "vllm-kunlun quantization: vllm_kunlun/ops/quantization/__init__.py is no replacement of vllm's " \
+           "quantization module" in proc.stdout
     yield TAG
     docker("rmi", TAG)
 
 
-def probe(image, nodes, tmp_path, error_node=None):
+def probe(image, nodes, tmp_path, error_node=None, quantization=None):
     """stack_proof's probe in the image with `nodes` accelerator nodes; error_node gets a
     node no driver serves (61:N, as the kit makes for a device in error: open gives ENXIO)."""
     sys.path.insert(0, str(ROOT / "library"))
@@ -84,13 +87,14 @@ def probe(image, nodes, tmp_path, error_node=None):
     comps = PINS["kunlun_stack_components"]
     devices = ["/dev/xpu%d" % i for i in range(nodes)] + ["/dev/xpuctrl"]
     cmd = mod.probe_command("docker", image, comps["python"]["venv"] + "/bin/python", devices,
-                            PINS["kunlun_stack_serving_env"], sp.probe_request(comps))
+                            PINS["kunlun_stack_serving_env"], sp.probe_request(comps, quantization),
+                            "32g", ["SYS_PTRACE"], ["seccomp=unconfined"])
     # the module passes /dev/xpuN:/dev/xpuN; here the host side is a scratch node
     cmd = ["%s/%s:%s" % (devdir, a.split(":")[0][5:], a.split(":")[1]) if a.startswith("/dev/xpu") else a for a in cmd]
     proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=120)
     report = sp.parse_probe_output(proc.stdout)
     problems = check_known_bad(sp.found_versions(report), PINS["kunlun_stack_known_bad"])
-    rows = sp.judge(report, comps, PINS["kunlun_stack_device_count"], "minor", problems)
+    rows = sp.judge(report, comps, PINS["kunlun_stack_device_count"], "minor", problems, quantization=quantization)
     return report, [r for r in rows if not r["ok"]]
 
 
@@ -106,7 +110,7 @@ def test_labels_carry_every_pin(built_image):
 def test_the_built_image_proves(built_image, tmp_path):
     from ansible.module_utils import stack_proof as sp
 
-    report, failed = probe(built_image, 8, tmp_path)
+    report, failed = probe(built_image, 8, tmp_path, quantization=PINS["kunlun_stack_serving"]["quantization"])
     assert failed == [], failed
     assert report["devices"] == 8 and report["kunlun_extension"].endswith(".so")
     assert report["executable"] == "/opt/vllm_kunlun/bin/python"
@@ -114,11 +118,13 @@ def test_the_built_image_proves(built_image, tmp_path):
     assert sp.findings(report) == (
         {"available": True, "device_count": 8, "tensor_ok": True, "total_memory_bytes": 98304 * 1024 * 1024,
          "device_name": "P800 OAM"},
-        {"class": "vllm_kunlun.platforms.kunlun.KunlunPlatform", "device_name": "cuda", "dispatch_key": "CUDA",
+        {"class": "vllm_kunlun.platforms.kunlun.KunlunPlatform", "device_name": "cuda", "dispatch_key": "CPU",
          "dist_backend": "nccl"})
     assert sp.summary(report) == (
-        "torch.cuda: available, 8 devices, cuda:0 tensor ok, device 0 96.0 GiB; platform cuda/CUDA/nccl")
+        "torch.cuda: available, 8 devices, cuda:0 tensor ok, device 0 96.0 GiB; platform cuda/CPU/nccl")
     assert report["errors"] == {}
+    # the serving method loads in vllm's own module (the 0.15.1-era tree replaces nothing)
+    assert report["quantization"]["config"] == "compressed-tensors" and report["quantization"]["general_plugins"]
 
 
 SHORT = [("driver", "torch_xmlir._XMLIRC._xpu_get_devices_number()", "7"), ("driver", "torch.cuda.device_count()", "7")]
@@ -164,7 +170,8 @@ BAD = {
         "AttributeError: 'Qwen2VLImageProcessor' object has no attribute 'max_pixels'"),
     "vllm-kunlun-2fda97b": (
         "COPY {tarball} /tmp/\n"
-        "RUN rm -rf %s/vllm_kunlun %s/vllm_kunlun-* && mkdir /tmp/vk && tar -xzf /tmp/{tarball} -C /tmp/vk \\\n"
+        "RUN rm -rf %s/vllm_kunlun %s/vllm_kunlun-* && mkdir /tmp/vk \\\n"
+        " && tar -xzf /tmp/{tarball} -C /tmp/vk --strip-components=1 \\\n"
         " && cd /tmp/vk && /opt/vllm_kunlun/bin/python setup.py build && /opt/vllm_kunlun/bin/python setup.py install\n"
         % (SP, SP),
         "TypeError: causal_conv1d_update() got an unexpected keyword argument"),

@@ -266,6 +266,28 @@ def test_xpu_smi_power_cap_fault_with_other_faults(env):
     assert [(d['index'], d['power_cap_w']) for d in one] == [(3, 120)]
 
 
+def test_xpu_smi_build_515_header(env):
+    """xpu_smi_build=515.58: the header of the xpu-smi build that prints 515.58 / N/A
+    (as public P800 output does), in the table and -q; the cards are unchanged. The
+    product then finds no XRE release in xpu-smi (the sim has no /proc/kunlun/version)."""
+    loaded_prefix(env)
+    first = x.driver_release(kit_smi(env), kit_smi(env, '-q'), None)
+    assert (first['version'], first['source']) == (VERSION, 'xpu-smi')
+    devices = x.parse_table(kit_smi(env))['devices']
+
+    faults(env, 'xpu_smi_build=515.58\n')
+    table, query = kit_smi(env), kit_smi(env, '-q')
+    assert '| XPU-SMI               Driver Version: 515.58       XPU-RT Version: N/A      |' in table
+    assert x.parse_header(table) == {'driver_version': '515.58', 'runtime_version': None}
+    q = x.parse_query(query)
+    assert (q['driver_version'], q['runtime_version']) == ('515.58', None)
+    assert [d['bus_id'] for d in x.parse_table(table)['devices']] == [d['bus_id'] for d in devices]
+    assert [d['power_cap_w'] for d in q['devices']] == [400] * 8
+    second = x.driver_release(table, query, None)
+    assert second['version'] is None
+    assert "xpu-smi printed 'Driver Version: 515.58 XPU-RT Version: N/A'" in second['error']
+
+
 # ------------------------------------------------------------------ modules
 
 @needs_root

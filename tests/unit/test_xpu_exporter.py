@@ -406,3 +406,16 @@ def test_gateway_exporter_router_not_listening(installed, tmp_path):
     assert fam["kunlun_gateway_router_up"]["samples"] == [({}, 0.0)]
     assert "worker=" not in text
     promtool_check(text)
+
+
+def test_the_driver_label_is_the_xre_release_on_a_build_printing_515_58(installed, kit, tmp_path):
+    """xpu-smi builds printing 'Driver Version: 515.58  XPU-RT Version: N/A' carry no XRE
+    release in their header: the label takes it from /proc/kunlun/version
+    (xpu_smi.driver_release), as the driver stage does."""
+    proc_dir = tmp_path / "proc"
+    (proc_dir / "kunlun").mkdir(parents=True)
+    (proc_dir / "kunlun" / "version").write_text("KUNLUN driver version: 5.0.21.26\n")
+    proc, text, fam = run_exporter(installed, tmp_path / "out", kit, faults="xpu_smi_build=515.58\n",
+                                   proc_dir=proc_dir)
+    assert proc.returncode == 0, proc.stderr
+    assert fam["kunlun_xpu_driver_info"]["samples"] == [({"driver_version": "5.0.21.26"}, 1.0)]

@@ -9,6 +9,7 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
+import yaml
 
 from ansible.module_utils import basic
 
@@ -144,6 +145,7 @@ def test_eight_vc_devices(tmp_path):
     facts = result['ansible_facts']
     assert result['changed'] is False
     assert facts['xpu_driver_version'] == '5.0.21.26'
+    assert facts['xpu_driver_version_source'] == 'xpu-smi'
     assert facts['xpu_runtime_version'] == '5.0.21'
     assert facts['xpu_device_count'] == 8
     assert facts['xpu_pci_functions'] == 8
@@ -194,18 +196,113 @@ def test_mixed_vc_vd(tmp_path):
     assert [d['card_variant'] for d in facts['xpu_devices']] == ['VC'] * 4 + ['VD'] * 4
 
 
-def test_515_na_header(tmp_path):
-    answers = host()
-    answers[(SMI, '-q')] = (1, '', 'query not supported')
-    answers[(SMI,)] = (0, fx('xpu-smi_515_na.txt'), '')
-    result, _ = run(tmp_path, answers)
+# ------------------------------------------------- the XRE release in both xpu-smi forms
+
+def test_first_form_release_from_the_header(tmp_path):
+    result, _ = run(tmp_path, host(), proc=make_proc(tmp_path, version='Kunlun XPU driver version: 5.0.21.10\n'))
     facts = result['ansible_facts']
-    assert facts['xpu_driver_version'] == '515.58'
+    assert (facts['xpu_driver_version'], facts['xpu_driver_version_source']) == ('5.0.21.26', 'xpu-smi')
+    assert facts['xpu_driver_version_read']['xpu-smi'] == 'Driver Version: 5.0.21.26 XPU-RT Version: 5.0.21'
+    assert facts['xpu_proc_driver_version'] == '5.0.21.10'
+
+
+def test_second_form_release_from_proc(tmp_path):
+    """Driver Version: 515.58 / XPU-RT Version: N/A (table and -q): 515.58 is not the
+    release; /proc/kunlun/version gives it."""
+    result, _ = run(tmp_path, host(table='xpu-smi_515_na.txt', query='xpu-smi-q_515_na.txt'),
+                    proc=make_proc(tmp_path, version=fx('proc_kunlun_version.txt')))
+    facts = result['ansible_facts']
+    assert facts['xpu_driver_version'] == '5.0.21.26'
+    assert facts['xpu_driver_version_source'] == '/proc/kunlun/version'
+    assert facts['xpu_driver_version_read'] == {
+        'xpu-smi': 'Driver Version: 515.58 XPU-RT Version: N/A',
+        'xpu-smi -q': 'Driver Version : 515.58',
+        '/proc/kunlun/version': 'Kunlun XPU driver version: 5.0.21.26 (built Nov 12 2025)'}
+    assert facts['xpu_runtime_version'] is None
+    assert facts['xpu_device_count'] == 8
+    assert facts['xpu_card_variants'] == ['VC']
+
+
+def test_second_form_release_from_query(tmp_path):
+    result, _ = run(tmp_path, host(table='xpu-smi_515_na.txt'))
+    facts = result['ansible_facts']
+    assert (facts['xpu_driver_version'], facts['xpu_driver_version_source']) == ('5.0.21.26', 'xpu-smi -q')
+
+
+def test_second_form_without_query(tmp_path):
+    answers = host(table='xpu-smi_515_na.txt')
+    answers[(SMI, '-q')] = (1, '', 'query not supported')
+    result, _ = run(tmp_path, answers, proc=make_proc(tmp_path, version=fx('proc_kunlun_version.txt')))
+    facts = result['ansible_facts']
+    assert facts['xpu_driver_version'] == '5.0.21.26'
     assert facts['xpu_runtime_version'] is None
     assert facts['xpu_device_count'] == 8
     # without -q nothing tells the part number: no variant is invented
     assert facts['xpu_card_variants'] == []
     assert facts['xpu_devices'][0]['part_number'] is None
+
+
+@pytest.mark.parametrize('check_mode', [False, True])
+def test_second_form_without_a_release_fails_naming_what_was_read(tmp_path, check_mode):
+    result, _ = run(tmp_path, host(table='xpu-smi_515_na.txt', query='xpu-smi-q_515_na.txt'),
+                    check_mode=check_mode)
+    assert result[0] == 'failed'
+    msg = result[1]['msg']
+    assert msg.startswith("no source gives the XRE release of the loaded driver: "
+                          "xpu-smi printed 'Driver Version: 515.58 XPU-RT Version: N/A'; "
+                          "xpu-smi -q printed 'Driver Version : 515.58'; "
+                          "/proc/kunlun/version does not exist.")
+    assert 'Fix: check that the kunlun module is loaded' in msg
+    assert result[1]['xpu_driver_version_read']['xpu-smi -q'] == 'Driver Version : 515.58'
+
+
+def _set_fact(path, var):
+    """The Jinja expression a task file's set_fact gives ``var``."""
+    for task in yaml.safe_load((ROOT / path).read_text()):
+        body = task.get('ansible.builtin.set_fact')
+        if isinstance(body, dict) and var in body:
+            return body[var]
+    raise AssertionError('%s sets no %s' % (path, var))
+
+
+def _assertion(path, marker):
+    """The condition of a task file's assert that mentions ``marker``."""
+    for task in yaml.safe_load((ROOT / path).read_text()):
+        body = task.get('ansible.builtin.assert')
+        for that in (body or {}).get('that', []) if isinstance(body, dict) else []:
+            if marker in that:
+                return that
+    raise AssertionError('%s asserts nothing about %s' % (path, marker))
+
+
+def _render(expression, facts):
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+    try:
+        from ansible.template import trust_as_template
+    except ImportError:  # ansible-core < 2.19 templates every string
+        def trust_as_template(value):
+            return value
+    pins = yaml.safe_load((ROOT / 'roles/kunlun_stack/defaults/main.yml').read_text())
+    variables = {'ansible_facts': facts, 'kunlun_stack_driver': pins['kunlun_stack_driver']}
+    value = Templar(loader=DataLoader(), variables=variables).template(trust_as_template(expression))
+    return value if isinstance(value, bool) else str(value).strip() == 'True'
+
+
+@pytest.mark.parametrize('proc, needed', [
+    (None, False),                                       # the pin, read from /proc
+    ('Kunlun XPU driver version: 5.0.21.10\n', True),   # an older driver: installed
+])
+def test_second_form_driver_stage_decision(tmp_path, proc, needed):
+    """The driver stage's "installed version == pinned" on a 515.58 / N/A host: with the
+    pinned XRE loaded nothing is reinstalled (idempotence) and verify's check passes."""
+    result, _ = run(tmp_path, host(table='xpu-smi_515_na.txt', query='xpu-smi-q_515_na.txt'),
+                    proc=make_proc(tmp_path, version=proc or fx('proc_kunlun_version.txt')),
+                    args={'driver_minimum': '5.0.21.26'})
+    facts = result['ansible_facts']
+    assert _render(_set_fact('roles/driver/tasks/read.yml', 'driver_install_needed'), facts) is needed
+    pinned = _assertion('roles/driver/tasks/verify.yml', 'kunlun_stack_driver.version')
+    assert _render('{{ %s }}' % pinned, facts) is not needed
 
 
 def test_device_in_error_err_fields(tmp_path):
@@ -266,6 +363,7 @@ def test_proc_fallbacks(tmp_path):
     assert calls == []
     assert facts['xpu_modules_loaded'] == ['kunlun', 'kunlun_peermem']
     assert facts['xpu_driver_version'] == '5.0.21.26'
+    assert facts['xpu_driver_version_source'] == '/proc/kunlun/version'
     assert facts['xpu_proc_driver_version'] == '5.0.21.26'
     assert facts['xpu_pci_functions'] is None
 

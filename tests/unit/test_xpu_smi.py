@@ -294,6 +294,90 @@ def test_proc_version():
     assert x.parse_proc_version(None) is None
 
 
+# The file's format is not public: invented lines, one per rule of parse_proc_version.
+@pytest.mark.parametrize('text, version', [
+    # the tenth field of a KUNLUN line wins over another release-shaped number (firmware)
+    ('KUNLUN XPU driver for P800 cards, firmware 1.0.2.14.1.54, release 5.0.21.26\n', '5.0.21.26'),
+    # a kernel release is not a dotted number, "version" before it takes nothing
+    ('Linux version 5.10.0-1.0.0.39 kunlun 5.0.21.26\n', '5.0.21.26'),
+    ('kunlun driver version=5.0.21.21\n', '5.0.21.21'),
+    # two candidates and nothing to choose by: none
+    ('kunlun 5.0.21.26 firmware 1.0.2.14.1.54\n', None),
+    ('kunlun loaded\n', None),
+])
+def test_proc_version_rules(text, version):
+    assert x.parse_proc_version(text) == version
+
+
+# ------------------------------------------------------------------ the XRE release
+
+@pytest.mark.parametrize('value, release', [
+    ('5.0.21.26', '5.0.21.26'),
+    (' 5.0.21.21 ', '5.0.21.21'),
+    ('5.0.21.24.4', '5.0.21.24.4'),
+    ('5.19.0.0', '5.19.0.0'),
+    ('515.58', None),            # the other xpu-smi form's Driver Version
+    ('5.0', None),
+    ('5.0.21.26-rc1', None),
+    ('N/A', None),
+    ('', None),
+    (None, None),
+])
+def test_xre_release(value, release):
+    assert x.xre_release(value) == release
+
+
+def test_first_form_release_is_the_header():
+    r = x.driver_release(fx('xpu-smi_8_vc.txt'), fx('xpu-smi-q_8_vc.txt'), None)
+    assert r == {'version': '5.0.21.26', 'source': 'xpu-smi', 'error': None,
+                 'read': {'xpu-smi': 'Driver Version: 5.0.21.26 XPU-RT Version: 5.0.21',
+                          'xpu-smi -q': 'Driver Version : 5.0.21.26',
+                          '/proc/kunlun/version': None}}
+
+
+def test_second_form_release_is_read_from_proc():
+    """515.58 / N/A in the header and in -q: the release is /proc/kunlun/version's."""
+    r = x.driver_release(fx('xpu-smi_515_na.txt'), fx('xpu-smi-q_515_na.txt'), fx('proc_kunlun_version.txt'))
+    assert (r['version'], r['source'], r['error']) == ('5.0.21.26', '/proc/kunlun/version', None)
+    assert r['read'] == {'xpu-smi': 'Driver Version: 515.58 XPU-RT Version: N/A',
+                         'xpu-smi -q': 'Driver Version : 515.58',
+                         '/proc/kunlun/version': 'Kunlun XPU driver version: 5.0.21.26 (built Nov 12 2025)'}
+
+
+def test_second_form_header_with_a_release_in_query():
+    r = x.driver_release(fx('xpu-smi_515_na.txt'), fx('xpu-smi-q_8_vc.txt'), fx('proc_kunlun_version.txt'))
+    assert (r['version'], r['source']) == ('5.0.21.26', 'xpu-smi -q')
+
+
+def test_second_form_header_spaced_as_the_public_output():
+    line = '| XPU-SMI               Driver Version: 515.58       XPU-RT Version: N/A      |'
+    assert x.parse_header(line) == {'driver_version': '515.58', 'runtime_version': None}
+    r = x.driver_release(line, None, 'KUNLUN kernel module of XRE for KL3 P800 cards, loaded: 5.0.21.26\n')
+    assert (r['version'], r['source']) == ('5.0.21.26', '/proc/kunlun/version')
+
+
+def test_no_release_anywhere_names_every_reading():
+    r = x.driver_release(fx('xpu-smi_515_na.txt'), fx('xpu-smi-q_515_na.txt'), None)
+    assert (r['version'], r['source']) == (None, None)
+    assert r['error'].startswith(
+        "no source gives the XRE release of the loaded driver: "
+        "xpu-smi printed 'Driver Version: 515.58 XPU-RT Version: N/A'; "
+        "xpu-smi -q printed 'Driver Version : 515.58'; /proc/kunlun/version does not exist.")
+    assert 'Fix: check that the kunlun module is loaded (lsmod | grep kunlun)' in r['error']
+
+    r = x.driver_release(fx('xpu-smi_515_na.txt'), None, 'kunlun loaded\n')
+    assert "xpu-smi -q did not answer; /proc/kunlun/version reads 'kunlun loaded'" in r['error']
+    r = x.driver_release('no header here\n', 'Attached XPUs : 8\n', '')
+    assert ('xpu-smi printed no Driver Version; xpu-smi -q printed no Driver Version; '
+            '/proc/kunlun/version is empty.') in r['error']
+
+
+def test_nothing_to_read_is_no_driver_not_an_error():
+    assert x.driver_release(None, None, None) == {
+        'version': None, 'source': None, 'error': None,
+        'read': {'xpu-smi': None, 'xpu-smi -q': None, '/proc/kunlun/version': None}}
+
+
 @pytest.mark.parametrize('text, expected', [
     ('RUNNING\n', ('ok', 'RUNNING')),
     ('HANG\n', ('error', 'HANG')),

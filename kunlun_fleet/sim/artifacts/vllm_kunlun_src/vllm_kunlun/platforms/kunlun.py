@@ -14,7 +14,9 @@ from vllm_kunlun import _kunlun  # noqa: F401  (the C extension built by setup.p
 class KunlunPlatform:
     device_name = "cuda"
     device_type = "cuda"
-    dispatch_key = "CUDA"
+    # The public 0.15.1-era class sets no dispatch_key: it inherits vLLM's Platform
+    # default (vllm/platforms/interface.py), "CPU".
+    dispatch_key = "CPU"
     ray_device_key = "GPU"
     dist_backend = "nccl"  # XCCL behind the nccl name
     device_control_env_var = "XPU_VISIBLE_DEVICES"

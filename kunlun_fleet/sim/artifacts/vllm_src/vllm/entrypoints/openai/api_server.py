@@ -53,6 +53,24 @@ def error_body(message: str, err_type: str = "BadRequestError", code: int = 400,
     return {"error": {"message": message, "type": err_type, "param": param, "code": code}}
 
 
+def invalid(message: str, parameter: str, value):
+    """vllm 0.15.1's VLLMValidationError as its create_error_response answers it
+    (vllm/exceptions.py, entrypoints/openai/engine/serving.py): the parameter is the
+    error's param, and the message ends with it and the value."""
+    return error_body(f"{message} (parameter={parameter}, value={value})", param=parameter)
+
+
+def request_invalid(kind: str, loc: tuple, msg: str, value, ctx=None):
+    """A request FastAPI's validation refuses, as vllm 0.15.1's handler of
+    RequestValidationError answers it (entrypoints/openai/api_server.py, build_app): type
+    "Bad Request", the message pydantic's account of the error (its first part; vllm adds
+    the endpoint's source location after it)."""
+    detail = {"type": kind, "loc": loc, "msg": msg, "input": value}
+    if ctx is not None:
+        detail["ctx"] = ctx
+    return error_body("1 validation error:\n  %r" % (detail,), "Bad Request")
+
+
 class HTTPError(Exception):
     def __init__(self, status, body):
         super().__init__(status)
@@ -159,8 +177,9 @@ class Server:
             path = path[len(root):] or "/"
         try:
             if path.startswith("/v1") and method != "OPTIONS" and self.api_keys is not None:
-                auth = headers.get("authorization", "")
-                if not (auth.startswith("Bearer ") and auth[7:] in self.api_keys):
+                # AuthenticationMiddleware.verify_token: the scheme in any case, one space.
+                scheme, _, token = headers.get("authorization", "").partition(" ")
+                if not (scheme.lower() == "bearer" and token in self.api_keys):
                     await conn.send(401, dumps({"error": "Unauthorized"}))
                     return 401
             allowed = dict(ROUTES).get(path)
@@ -189,10 +208,14 @@ class Server:
                 return 200
             try:
                 request = json.loads(body or b"{}")
-                if not isinstance(request, dict):
-                    raise ValueError("body is not an object")
             except ValueError as exc:
-                raise HTTPError(400, error_body(f"JSON decode error: {exc}"))
+                raise HTTPError(400, request_invalid("json_invalid", ("body", getattr(exc, "pos", 0)),
+                                                     "JSON decode error", {},
+                                                     {"error": getattr(exc, "msg", str(exc))}))
+            if not isinstance(request, dict):
+                # vllm 0.15.1's handlers fail on it: Starlette's plain 500 (seen on the real server).
+                await conn.send(500, b"Internal Server Error", "text/plain; charset=utf-8")
+                return 500
             return await self.generate(conn, request, chat=(path == "/v1/chat/completions"))
         except HTTPError as exc:
             await conn.send(exc.status, dumps(exc.body))
@@ -226,7 +249,7 @@ class Server:
         if chat:
             messages = request.get("messages")
             if not isinstance(messages, list) or not messages:
-                raise HTTPError(400, error_body("messages: Field required"))
+                raise HTTPError(400, request_invalid("missing", ("body", "messages"), "Field required", request))
             prompts = [self.tokenizer.chat(messages)]
             tools = request.get("tools")
             choice = request.get("tool_choice", "auto" if tools else "none")
@@ -237,8 +260,11 @@ class Server:
             max_tokens = request.get("max_completion_tokens", request.get("max_tokens"))
         else:
             prompt = request.get("prompt")
-            if prompt is None:
-                raise HTTPError(400, error_body("prompt: Field required"))
+            if prompt is None or prompt == "":
+                # CompletionRequest's validator (entrypoints/openai/completion/protocol.py).
+                why = "Either prompt or prompt_embeds must be provided and non-empty."
+                raise HTTPError(400, request_invalid("value_error", ("body",), "Value error, " + why, request,
+                                                     {"error": ValueError(why)}))
             if isinstance(prompt, str):
                 prompts = [prompt]
             elif isinstance(prompt, list) and prompt and all(isinstance(x, int) for x in prompt):
@@ -248,8 +274,14 @@ class Server:
             else:
                 raise HTTPError(400, error_body("Prompt cannot be empty"))
             max_tokens = request.get("max_tokens", 16)
+            # OpenAIServingCompletion._build_render_config, before the prompt is read.
+            if isinstance(max_tokens, int) and max_tokens > self.max_model_len:
+                raise HTTPError(400, invalid(
+                    f"'max_tokens' ({max_tokens}) cannot be greater than the model's maximum context "
+                    f"length ({self.max_model_len}).", "max_tokens", max_tokens))
         if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
-            raise HTTPError(400, error_body("max_tokens must be at least 1, got %s." % max_tokens))
+            raise HTTPError(400, invalid("max_tokens must be at least 1, got %s." % max_tokens, "max_tokens",
+                                         max_tokens))
         n = request.get("n") or 1
         if not isinstance(n, int) or n < 1:
             raise HTTPError(400, error_body("n must be at least 1, got %s." % n))
@@ -269,19 +301,24 @@ class Server:
         seqs = []
         for p_index, prompt in enumerate(prompts):
             count = self._count(prompt)
-            if count >= self.max_model_len:
-                raise HTTPError(400, error_body(
-                    f"This model's maximum context length is {self.max_model_len} tokens. "
+            # Completions: the renderer's _create_tokens_prompt allows the context less
+            # max_tokens (entrypoints/renderer.py); chat: OpenAIServing._validate_input
+            # (entrypoints/openai/engine/serving.py), the prompt, then prompt + max_tokens.
+            room = self.max_model_len if chat else self.max_model_len - (max_tokens or 0)
+            if (count >= room) if chat else (count > room):
+                raise HTTPError(400, invalid(
+                    f"This model's maximum context length is {room} tokens. "
                     f"However, your request has {count} input tokens. Please reduce the "
-                    "length of the input messages."))
+                    "length of the input messages.", "input_tokens", count))
             limit = max_tokens
             if limit is None:
                 limit = self.max_model_len - count
             elif count + limit > self.max_model_len:
-                raise HTTPError(400, error_body(
+                raise HTTPError(400, invalid(
                     f"'max_tokens' or 'max_completion_tokens' is too large: {limit}. This "
                     f"model's maximum context length is {self.max_model_len} tokens and your "
-                    f"request has {count} input tokens ({limit} > {self.max_model_len} - {count})."))
+                    f"request has {count} input tokens ({limit} > {self.max_model_len} - {count}).",
+                    "max_tokens", limit))
             for j in range(n):
                 text = prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
                 seqs.append(Sequence(rid, p_index * n + j, count, limit,
@@ -294,11 +331,11 @@ class Server:
         if self.args.enable_log_requests:
             logger.info("Added request %s.", rid)
         stream = bool(request.get("stream"))
-        opts = request.get("stream_options") or {}
-        include_usage = bool(opts.get("include_usage")) or self.args.enable_force_include_usage
+        include_usage, continuous = self.stream_usage(request.get("stream_options"))
         try:
             if stream:
-                return await self._stream(conn, seqs, queue, rid, model, created, chat, include_usage)
+                return await self._stream(conn, seqs, queue, rid, model, created, chat, include_usage,
+                                          continuous)
             return await self._complete(conn, seqs, queue, rid, model, created, chat)
         finally:
             for seq in seqs:
@@ -330,7 +367,8 @@ class Server:
                     "message": {"role": self.args.response_role or "assistant", "content": text,
                                 "refusal": None, "annotations": None, "audio": None,
                                 "function_call": None, "tool_calls": [],
-                                "reasoning_content": None},
+                                # ChatMessage: reasoning, and reasoning_content (deprecated) a copy
+                                "reasoning": None, "reasoning_content": None},
                     "logprobs": None, "finish_reason": reasons[s.index], "stop_reason": None,
                     "token_ids": None})
             else:
@@ -350,20 +388,54 @@ class Server:
         return 200
 
     @staticmethod
-    def usage(seqs):
+    def usage(seqs, completion=None):
         prompt = sum(s.prompt_tokens for s in seqs if s.first_of_prompt)
-        completion = sum(s.generated for s in seqs)
+        if completion is None:
+            completion = sum(s.generated for s in seqs)
         return {"prompt_tokens": prompt, "total_tokens": prompt + completion,
                 "completion_tokens": completion, "prompt_tokens_details": None}
 
-    async def _stream(self, conn, seqs, queue, rid, model, created, chat, include_usage) -> int:
-        obj = "chat.completion.chunk" if chat else "text_completion"
+    def stream_usage(self, opts):
+        """(include_usage, continuous_usage_stats) of a streamed request, as vllm 0.15.1's
+        should_include_usage (entrypoints/utils.py) reads them: stream_options given (any
+        object, {} too) means include_usage unless it says false (StreamOptions defaults
+        include_usage true, continuous_usage_stats false); without stream_options only
+        --enable-force-include-usage turns it on; continuous only with include_usage."""
+        force = bool(self.args.enable_force_include_usage)
+        if isinstance(opts, dict):
+            include = bool(opts.get("include_usage", True)) or force
+            return include, include and bool(opts.get("continuous_usage_stats", False))
+        return force, False
 
-        def chunk(choices, usage=None, with_usage=False):
+    async def _stream(self, conn, seqs, queue, rid, model, created, chat, include_usage,
+                      continuous=False) -> int:
+        """vllm 0.15.1's completion_stream_generator / chat_completion_stream_generator, as
+        they serialise: a completions chunk is dumped whole (exclude_unset=False: every
+        choice field, and "usage": null unless continuous usage fills it), a chat chunk only
+        with the fields set (no "usage" key unless continuous). Continuous usage: the
+        prompt's tokens and the choice's tokens streamed so far (the chat role chunk: 0).
+        The usage chunk closing the stream (include_usage) is dumped with exclude_none:
+        choices [], usage without prompt_tokens_details."""
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        by_index = {s.index: s for s in seqs}
+        streamed = {s.index: 0 for s in seqs}
+
+        def running_usage(index, completion):
+            prompt = by_index[index].prompt_tokens
+            usage = {"prompt_tokens": prompt, "total_tokens": prompt + completion,
+                     "completion_tokens": completion}
+            if not chat:
+                usage["prompt_tokens_details"] = None
+            return usage
+
+        def chunk(choices, usage=None, first=False):
             body = {"id": rid, "object": obj, "created": created, "model": model,
                     "choices": choices}
-            if with_usage:
+            if usage is not None or not chat:
                 body["usage"] = usage
+            if chat and first:
+                # the first chunk ever sets prompt_token_ids (None unless return_token_ids)
+                body["prompt_token_ids"] = None
             return b"data: " + dumps(body) + b"\n\n"
 
         await conn.start_stream()
@@ -371,9 +443,9 @@ class Server:
             for s in seqs:
                 await conn.chunk(chunk([{"index": s.index,
                                          "delta": {"role": self.args.response_role or "assistant",
-                                                   "content": ""},
+                                                   "content": "", "reasoning_content": None},
                                          "logprobs": None, "finish_reason": None}],
-                                       None, include_usage))
+                                       running_usage(s.index, 0) if continuous else None, first=True))
         done = 0
         while done < len(seqs):
             index, text, reason = await queue.get()
@@ -384,18 +456,28 @@ class Server:
                 done += 1
             if text is None and reason is None:
                 continue
+            if text is not None:
+                streamed[index] += 1
             if chat:
+                # DeltaMessage's validator sets reasoning_content (a copy of reasoning), so
+                # exclude_unset keeps it in every delta; token_ids is set (None unless
+                # return_token_ids) on every choice after the role chunk.
                 delta = {"content": text} if text is not None else {}
+                delta["reasoning_content"] = None
                 choice = {"index": index, "delta": delta, "logprobs": None,
                           "finish_reason": reason}
+                if reason:
+                    choice["stop_reason"] = None
+                choice["token_ids"] = None
             else:
                 choice = {"index": index, "text": text or "", "logprobs": None,
-                          "finish_reason": reason}
-            if reason:
-                choice["stop_reason"] = None
-            await conn.chunk(chunk([choice], None, include_usage))
+                          "finish_reason": reason, "stop_reason": None,
+                          "prompt_token_ids": None, "token_ids": None}
+            await conn.chunk(chunk([choice], running_usage(index, streamed[index]) if continuous else None))
         if include_usage:
-            await conn.chunk(chunk([], self.usage(seqs), True))
+            final = self.usage(seqs, sum(streamed.values()))
+            final.pop("prompt_tokens_details")
+            await conn.chunk(chunk([], final))
         await conn.chunk(b"data: [DONE]\n\n")
         await conn.end_stream()
         return 200

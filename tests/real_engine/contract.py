@@ -1,0 +1,471 @@
+"""The contract between the product and vLLM 0.15.1's OpenAI-compatible server, in one list.
+
+Each point is a request (or a few) and what is kept of the answers: an observation, made
+the same way on the real engine and on the stand-in, and compared for equality
+(test_contract.py). An observation keeps what the product, its alert rules and its
+dashboard rely on, and the shape of every JSON answer (its keys and their types, values
+left out: generated text, ids and timestamps differ from run to run). The real engine is
+the reference; a point also states what the real engine must answer (`expect`), so that a
+change of the contract itself is seen.
+
+Where the stand-in differs and its fix belongs to code another change is editing (the
+stand-in's usage and stream code), the point carries `standin_differs`: the difference,
+precisely (the test is then an expected failure, strict: it fails once the stand-in
+agrees, so the mark is removed with the fix).
+"""
+
+import json
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+
+from kunlun_fleet import monitoring
+
+from engine import OPENER
+
+# The metric names the product's own code reads from a vLLM /metrics: the bench's counters
+# (module_utils/bench_results.py), the requests in flight (roles/serve/tasks/restart.yml,
+# the drain; library/host_status.py; module_utils/rollout_capacity.py, the capacity gate).
+PRODUCT_METRICS = (
+    "vllm:generation_tokens_total", "vllm:prompt_tokens_total", "vllm:request_success_total",
+    "vllm:num_requests_running", "vllm:num_requests_waiting",
+)
+
+
+def read_metric_names():
+    """Every vLLM series the product, the alert rules and the dashboard read."""
+    names = set(PRODUCT_METRICS)
+    for _, expr in monitoring.queries():
+        names.update(n for n in monitoring.metric_names(expr) if n.startswith("vllm:"))
+    # An alert's text names vllm:num_preemptions_total for the operator to look at.
+    names.add("vllm:num_preemptions_total")
+    return sorted(names)
+
+
+# ----------------------------------------------------------------------------- client
+class Reply:
+    def __init__(self, status, headers, body):
+        self.status, self.headers, self.body = status, headers, body
+
+    def json(self):
+        return json.loads(self.body.decode("utf-8"))
+
+    def events(self):
+        """The SSE stream: (framing problems, [payloads]) - each event one `data: ` line
+        followed by a blank line."""
+        text = self.body.decode("utf-8")
+        problems, payloads = [], []
+        blocks = text.split("\n\n")
+        if blocks and blocks[-1] == "":
+            blocks.pop()
+        else:
+            problems.append("the stream does not end with a blank line")
+        for block in blocks:
+            if not block.startswith("data: ") or "\n" in block:
+                problems.append("not one `data: ` line: %r" % block[:80])
+                continue
+            payloads.append(block[len("data: "):])
+        return problems, payloads
+
+
+KEEP = object()
+
+
+class Client:
+    """One server: its base URL, key, and what it was started with."""
+
+    def __init__(self, server):
+        self.server = server
+        self.base = server.base
+        self.key = server.api_key
+        self.served = server.rendered.served_name
+        self.model_dir = str(server.rendered.model_dir)
+        args = server.rendered.args
+        self.max_model_len = int(args[args.index("--max-model-len") + 1])
+
+    def call(self, method, path, body=None, raw=None, key=KEEP, headers=None, timeout=120):
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        key = self.key if key is KEEP else key
+        if key is not None:
+            req.add_header("Authorization", "Bearer " + key)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        for name, value in (headers or {}).items():
+            req.add_header(name, value)
+        try:
+            with OPENER.open(req, timeout=timeout) as resp:
+                return Reply(resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read())
+        except urllib.error.HTTPError as exc:
+            return Reply(exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read())
+
+    def post(self, path, body, **kw):
+        return self.call("POST", path, body=body, **kw)
+
+    def metrics(self):
+        return parse_metrics(self.call("GET", "/metrics", key=None).body.decode())
+
+
+# ----------------------------------------------------------------------------- helpers
+def shape(value):
+    """The keys and value types of a JSON document, values left out (lists: the shape of
+    each distinct element, in order)."""
+    if isinstance(value, dict):
+        return {k: shape(v) for k, v in sorted(value.items())}
+    if isinstance(value, list):
+        out = []
+        for item in value:
+            s = shape(item)
+            if s not in out:
+                out.append(s)
+        return out
+    if value is None:
+        return "null"
+    return type(value).__name__
+
+
+def error_of(reply, message=True):
+    """An error answer: its status and error object (type, code, param, the message when
+    `message`; "head": its first paragraph), and its shape."""
+    try:
+        doc = reply.json()
+    except ValueError:
+        return {"status": reply.status, "body": reply.body[:200].decode("utf-8", "replace")}
+    err = doc.get("error") if isinstance(doc, dict) else None
+    out = {"status": reply.status, "shape": shape(doc)}
+    if isinstance(err, dict):
+        out.update(type=err.get("type"), code=err.get("code"), param=err.get("param"))
+        if message == "head":
+            out["message"] = str(err.get("message")).split("\n\n")[0]
+        elif message:
+            out["message"] = err.get("message")
+    else:
+        out["body"] = doc
+    return out
+
+
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
+LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_metrics(text):
+    """{"types": {family: type}, "samples": [(name, {label: value}, float)]}."""
+    types, samples = {}, []
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, family, kind = line.split(" ", 3)
+            types[family] = kind
+        elif line and not line.startswith("#"):
+            m = SAMPLE.match(line)
+            if m:
+                samples.append((m.group(1), dict(LABEL.findall(m.group(2) or "")), float(m.group(3))))
+    return {"types": types, "samples": samples}
+
+
+def family_type(types, name):
+    for suffix in ("", "_bucket", "_sum", "_count"):
+        if suffix and name.endswith(suffix) and name[:-len(suffix)] in types:
+            return types[name[:-len(suffix)]]
+        if not suffix and name in types:
+            return types[name]
+    return None
+
+
+def total(metrics, name, **labels):
+    return sum(v for n, lab, v in metrics["samples"]
+               if n == name and all(lab.get(k) == want for k, want in labels.items()))
+
+
+COUNTED = {
+    "generation_tokens": ("vllm:generation_tokens_total", {}),
+    "prompt_tokens": ("vllm:prompt_tokens_total", {}),
+    "finished_length": ("vllm:request_success_total", {"finished_reason": "length"}),
+    "finished_stop": ("vllm:request_success_total", {"finished_reason": "stop"}),
+    "ttft_count": ("vllm:time_to_first_token_seconds_count", {}),
+    "e2e_count": ("vllm:e2e_request_latency_seconds_count", {}),
+    "request_generation_tokens_sum": ("vllm:request_generation_tokens_sum", {}),
+    "request_prompt_tokens_sum": ("vllm:request_prompt_tokens_sum", {}),
+}
+
+
+def counted(metrics):
+    return {key: total(metrics, name, **labels) for key, (name, labels) in COUNTED.items()}
+
+
+def wait_idle(client, budget=60.0):
+    """Until the server runs and queues nothing (a request cut by a test has ended)."""
+    deadline = time.monotonic() + budget
+    while time.monotonic() < deadline:
+        m = client.metrics()
+        if total(m, "vllm:num_requests_running") == 0 and total(m, "vllm:num_requests_waiting") == 0:
+            return
+        time.sleep(0.2)
+    raise AssertionError("%s still busy after %s s" % (client.base, budget))
+
+
+class InFlight:
+    """One long streamed completion held open until close() (which cuts it)."""
+
+    def __init__(self, client, max_tokens=100000):
+        body = {"model": client.served, "prompt": "hello", "max_tokens": max_tokens, "ignore_eos": True,
+                "stream": True}
+        req = urllib.request.Request(client.base + "/v1/completions", data=json.dumps(body).encode(),
+                                     headers={"Authorization": "Bearer " + client.key,
+                                              "Content-Type": "application/json"})
+        self.resp = OPENER.open(req, timeout=120)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        try:
+            while not self.stop.is_set() and self.resp.readline():
+                pass
+        except Exception:  # noqa: BLE001 - close() cuts the stream under this reader
+            pass
+
+    def close(self):
+        self.stop.set()
+        try:
+            self.resp.fp.raw._sock.shutdown(2)  # noqa: SLF001 - cut the connection now, as a client that goes away
+        except (AttributeError, OSError):
+            pass
+        self.resp.close()
+        self.thread.join(10)
+
+
+# ----------------------------------------------------------------------------- points
+class Point:
+    def __init__(self, name, observe, expect=None, standin_differs=None):
+        self.name, self.observe, self.expect, self.standin_differs = name, observe, expect, standin_differs
+
+
+POINTS = []
+
+
+def point(name, expect=None, standin_differs=None):
+    def register(fn):
+        POINTS.append(Point(name, fn, expect, standin_differs))
+        return fn
+    return register
+
+
+def _hello(c, **extra):
+    return dict({"model": c.served, "prompt": "hello world", "max_tokens": 5, "ignore_eos": True}, **extra)
+
+
+def _chat(c, **extra):
+    return dict({"model": c.served, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4,
+                 "ignore_eos": True}, **extra)
+
+
+@point("401 without a key", expect=lambda o: o["models"]["status"] == 401 == o["completions"]["status"])
+def no_key(c):
+    return {"models": error_of(c.call("GET", "/v1/models", key=None)),
+            "completions": error_of(c.post("/v1/completions", _hello(c), key=None))}
+
+
+@point("401 with a wrong key", expect=lambda o: o["status"] == 401)
+def wrong_key(c):
+    return error_of(c.call("GET", "/v1/models", key=c.key + "x"))
+
+
+@point("the key's scheme is case-insensitive (bearer)", expect=lambda o: o == 200)
+def lower_scheme(c):
+    return c.call("GET", "/v1/models", key=None, headers={"Authorization": "bearer " + c.key}).status
+
+
+@point("/health answers without a key, empty", expect=lambda o: o == {"status": 200, "body": ""})
+def health(c):
+    r = c.call("GET", "/health", key=None)
+    return {"status": r.status, "body": r.body.decode()}
+
+
+@point("/metrics answers without a key, as text", expect=lambda o: o == [200, "text/plain"])
+def metrics_open(c):
+    r = c.call("GET", "/metrics", key=None)
+    return [r.status, r.headers.get("content-type", "").split(";")[0]]
+
+
+@point("/version", expect=lambda o: o == {"status": 200, "body": {"version": "0.15.1"}})
+def version(c):
+    r = c.call("GET", "/version", key=None)
+    return {"status": r.status, "body": r.json()}
+
+
+@point("/v1/models: fields, the served name, root and max_model_len",
+       expect=lambda o: o["ids"] == ["Qwen3.8-27B-INT8-W8A8-Dynamic"] and o["root_is_model"])
+def models(c):
+    r = c.call("GET", "/v1/models")
+    doc = r.json()
+    first = doc["data"][0]
+    return {"status": r.status, "shape": shape(doc), "object": doc["object"], "ids": [m["id"] for m in doc["data"]],
+            "owned_by": first["owned_by"], "root_is_model": first["root"] == c.model_dir,
+            "parent": first["parent"], "max_model_len_is_served": first["max_model_len"] == c.max_model_len,
+            "permission_object": first["permission"][0]["object"]}
+
+
+@point("404 for an unknown model (completions and chat)", expect=lambda o: o["completions"]["status"] == 404)
+def unknown_model(c):
+    return {"completions": error_of(c.post("/v1/completions", _hello(c, model="no-such-model"))),
+            "chat": error_of(c.post("/v1/chat/completions", _chat(c, model="no-such-model")))}
+
+
+@point("404 for an unknown path under /v1", expect=lambda o: o["status"] == 404)
+def unknown_path(c):
+    return error_of(c.call("GET", "/v1/no-such-path"))
+
+
+@point("400 for a prompt over the context (completions)", expect=lambda o: o["status"] == 400)
+def prompt_over_context(c):
+    # "hello" and " hello" are one token each in the sim model's vocabulary.
+    prompt = "hello" + " hello" * c.max_model_len
+    return error_of(c.post("/v1/completions", _hello(c, prompt=prompt, max_tokens=4)))
+
+
+@point("400 for a prompt over the context (chat)", expect=lambda o: o["status"] == 400)
+def chat_over_context(c):
+    messages = [{"role": "user", "content": "hello" + " hello" * c.max_model_len}]
+    return error_of(c.post("/v1/chat/completions", _chat(c, messages=messages)))
+
+
+@point("400 for max_tokens above the context (completions)", expect=lambda o: o["status"] == 400)
+def max_tokens_over_context(c):
+    return error_of(c.post("/v1/completions", _hello(c, max_tokens=c.max_model_len + 1)))
+
+
+@point("400 for a prompt plus max_tokens over the context (completions)", expect=lambda o: o["status"] == 400)
+def prompt_plus_max_tokens(c):
+    return error_of(c.post("/v1/completions", _hello(c, max_tokens=c.max_model_len)))
+
+
+@point("400 for a prompt plus max_tokens over the context (chat)", expect=lambda o: o["status"] == 400)
+def chat_prompt_plus_max_tokens(c):
+    return error_of(c.post("/v1/chat/completions", _chat(c, max_tokens=c.max_model_len)))
+
+
+# FastAPI's validation errors: vllm's message ends with the endpoint's source file and
+# line (its install path), after a blank line; the part before it is compared.
+@point("400 for a body that is not JSON", expect=lambda o: o["status"] == 400 and o["type"] == "Bad Request")
+def bad_json(c):
+    return error_of(c.post("/v1/completions", None, raw=b'{"model": '), message="head")
+
+
+@point("a JSON body that is not an object: a plain 500", expect=lambda o: o["status"] == 500)
+def body_not_object(c):
+    r = c.post("/v1/completions", None, raw=b"[1, 2]")
+    return {"status": r.status, "content_type": r.headers.get("content-type"), "body": r.body.decode()}
+
+
+@point("400 for a request without its prompt or messages",
+       expect=lambda o: o["completions"]["status"] == 400 == o["chat"]["status"])
+def missing_prompt(c):
+    return {"completions": error_of(c.post("/v1/completions", {"model": c.served}), message="head"),
+            "chat": error_of(c.post("/v1/chat/completions", {"model": c.served}), message="head")}
+
+
+@point("400 for max_tokens 0", expect=lambda o: o["status"] == 400 and o["param"] == "max_tokens")
+def max_tokens_zero(c):
+    return error_of(c.post("/v1/completions", _hello(c, max_tokens=0)))
+
+
+@point("a completion: fields, finish_reason and usage",
+       expect=lambda o: o["finish_reason"] == "length" and o["usage"]["completion_tokens"] == 5)
+def completion(c):
+    r = c.post("/v1/completions", _hello(c))
+    doc = r.json()
+    return {"status": r.status, "shape": shape(doc), "object": doc["object"], "model": doc["model"],
+            "finish_reason": doc["choices"][0]["finish_reason"], "usage": doc["usage"]}
+
+
+@point("a chat completion: message fields (reasoning, reasoning_content), finish_reason and usage",
+       expect=lambda o: o["message_nulls"]["reasoning"] is None and o["usage"]["completion_tokens"] == 4)
+def chat(c):
+    r = c.post("/v1/chat/completions", _chat(c))
+    doc = r.json()
+    msg = doc["choices"][0]["message"]
+    return {"status": r.status, "shape": shape(doc), "object": doc["object"], "role": msg["role"],
+            # Without <think> in the output both are null (vllm's ChatMessage copies reasoning
+            # into the deprecated reasoning_content).
+            "message_nulls": {k: msg.get(k, "absent") for k in ("reasoning", "reasoning_content", "refusal")},
+            "tool_calls": msg["tool_calls"], "finish_reason": doc["choices"][0]["finish_reason"],
+            "usage": doc["usage"]}
+
+
+def _stream(c, path, body):
+    r = c.post(path, body)
+    problems, payloads = r.events()
+    docs = [json.loads(p) for p in payloads if p != "[DONE]"]
+    choices = [ch for d in docs for ch in d.get("choices", [])]
+    usage = [d["usage"] for d in docs if d.get("usage")]
+    return {"status": r.status, "content_type": r.headers.get("content-type"), "framing": problems,
+            "done_last": bool(payloads) and payloads[-1] == "[DONE]" and payloads.count("[DONE]") == 1,
+            "chunk_shapes": shape(docs),
+            "finish_reasons": [ch["finish_reason"] for ch in choices if ch.get("finish_reason")],
+            "usage_chunks": [{"choices": d["choices"], "usage": d["usage"]} for d in docs if d.get("usage")],
+            "usage": usage[-1] if usage else None}
+
+
+@point("a streamed completion with usage: SSE framing, [DONE], finish_reason, the usage chunk",
+       expect=lambda o: (o["framing"] == [] and o["done_last"] and o["finish_reasons"] == ["length"]
+                         and o["usage"]["completion_tokens"] == 7))
+def stream_completion(c):
+    return _stream(c, "/v1/completions", _hello(c, max_tokens=7, stream=True,
+                                                stream_options={"include_usage": True}))
+
+
+@point("a streamed completion without usage: no usage chunk",
+       expect=lambda o: o["done_last"] and o["usage_chunks"] == [])
+def stream_completion_no_usage(c):
+    return _stream(c, "/v1/completions", _hello(c, max_tokens=3, stream=True))
+
+
+@point("a streamed chat completion with usage: role first, deltas, finish_reason, the usage chunk",
+       expect=lambda o: (o["framing"] == [] and o["done_last"] and o["finish_reasons"] == ["length"]
+                         and o["usage"]["completion_tokens"] == 4))
+def stream_chat(c):
+    return _stream(c, "/v1/chat/completions", _chat(c, stream=True, stream_options={"include_usage": True}))
+
+
+@point("every metric the product, the alert rules and the dashboard read: type and labels",
+       expect=lambda o: all(v["type"] for v in o.values()))
+def metric_names(c):
+    m = c.metrics()
+    out = {}
+    for name in read_metric_names():
+        rows = [lab for n, lab, _ in m["samples"] if n == name]
+        out[name] = {"type": family_type(m["types"], name), "labels": sorted({k for lab in rows for k in lab}),
+                     "model_name": sorted({lab.get("model_name") for lab in rows})}
+        if name.endswith("_bucket"):
+            out[name]["le"] = sorted({lab["le"] for lab in rows}, key=float)
+        if name == "vllm:request_success_total":
+            out[name]["finished_reason"] = sorted({lab["finished_reason"] for lab in rows})
+    return out
+
+
+@point("the counters move by exactly what was served",
+       expect=lambda o: o["deltas"] == o["served"])
+def counters_move(c):
+    wait_idle(c)
+    before = counted(c.metrics())
+    usages = [c.post("/v1/completions", _hello(c)).json()["usage"],
+              c.post("/v1/chat/completions", _chat(c)).json()["usage"]]
+    streamed = _stream(c, "/v1/completions", _hello(c, max_tokens=7, stream=True,
+                                                    stream_options={"include_usage": True}))
+    usages.append(streamed["usage"])
+    served = {"generation_tokens": sum(u["completion_tokens"] for u in usages),
+              "prompt_tokens": sum(u["prompt_tokens"] for u in usages),
+              "finished_length": 3, "finished_stop": 0, "ttft_count": 3, "e2e_count": 3}
+    served["request_generation_tokens_sum"] = served["generation_tokens"]
+    served["request_prompt_tokens_sum"] = served["prompt_tokens"]
+    # The engine's statistics reach /metrics just after the last answer: wait for them.
+    deadline = time.monotonic() + 10
+    while True:
+        after = counted(c.metrics())
+        deltas = {k: after[k] - before[k] for k in after}
+        if deltas == served or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    return {"deltas": deltas, "served": served}

