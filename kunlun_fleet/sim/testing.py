@@ -92,11 +92,12 @@ def recap(text):
     return hosts
 
 
-def ssh(host_index, command, check=True):
-    """Run a shell command on a sim host over SSH, host key checked."""
+def ssh(host_index, command, check=True, timeout=120):
+    """Run a shell command on a sim host over SSH, host key checked. `timeout` only guards
+    against a hang: a scratch lane's host runs at a low CPU weight beside the whole run."""
     from kunlun_fleet.sim import fleet
     proc = subprocess.run(fleet.ssh_cmd(host_index, command), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, timeout=120)
+                          stderr=subprocess.PIPE, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError("ssh kf-node-%d %r failed (rc=%d): %s%s" % (
             host_index, command, proc.returncode, proc.stdout, proc.stderr))

@@ -37,8 +37,13 @@ exit 0
 """ % {"tool": TOOL}
 
 
-def sh(command, check=True):
-    return ssh(HOST, command, check=check)
+def sh(command, check=True, timeout=120):
+    return ssh(HOST, command, check=check, timeout=timeout)
+
+
+# Seeding an old engine (Debian's docker.io installed and started, images built) on a host
+# at a scratch lane's low CPU weight took more than 120 s in two runs on a busy machine.
+SEED_TIMEOUT = 900
 
 
 def upload_tool():

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from storage_helpers import HOST, refused_run as refused, sh, stage, upload_tool, wait_seeded
+from storage_helpers import HOST, SEED_TIMEOUT, refused_run as refused, sh, stage, upload_tool, wait_seeded
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
@@ -111,7 +111,8 @@ def test_engine_refuses_outside_root_and_invalid_daemon_json(fresh_host):
     sh("export DEBIAN_FRONTEND=noninteractive; apt-cache show docker.io >/dev/null 2>&1 || apt-get update -qq; "
        "apt-get install -y -qq docker.io >/dev/null && systemctl start docker && "
        "rm -rf /tmp/kf-img && mkdir -p /tmp/kf-img && echo hi > /tmp/kf-img/hello && "
-       "tar -C /tmp/kf-img -c . | docker import - kf-seed/tiny:1 >/dev/null && docker info --format '{{.Driver}}'")
+       "tar -C /tmp/kf-img -c . | docker import - kf-seed/tiny:1 >/dev/null && docker info --format '{{.Driver}}'",
+       timeout=SEED_TIMEOUT)
     refused("engine.yml", ["data-root /var/lib/docker holds images or containers of the storage driver vfs",
                            "the running engine uses vfs", "configured for overlay2", "storage-driver",
                            "docker save"])

@@ -35,7 +35,7 @@ import pytest
 
 from kunlun_fleet.sim import fleet
 from kunlun_fleet.sim.testing import _env, REPO
-from storage_helpers import (HOST, OLD_ENGINE, TOOL, docker_proof, docker_trees, sh, stage, stage_cmd,
+from storage_helpers import (HOST, OLD_ENGINE, SEED_TIMEOUT, TOOL, docker_proof, docker_trees, sh, stage, stage_cmd,
                              tree, tree_diff, upload_tool, wait_seeded)
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
@@ -159,7 +159,7 @@ for i in range(2000):
     with open("%s/r%04d" % (sub, i), "wb") as fh:
         fh.write(rng.randbytes(rng.randint(0, 2048)))
 EOF
-""")
+""", timeout=SEED_TIMEOUT)
     return HOST
 
 
