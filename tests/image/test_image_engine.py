@@ -1,7 +1,7 @@
 """The rendered Dockerfile built for real (classic builder, no buildx) on the sim fleet's
 engine from the stand-in bundle and base image, then proved from the inside with the
 probe of stack_proof: 8 accelerator nodes pass (torch.cuda sees 8 devices, a cuda:0 tensor
-reads back, 96 GiB on device 0, the platform says cuda/CUDA/nccl), 7 fail on the count (the
+reads back, 96 GiB on device 0, the platform says cuda/CPU/nccl), 7 fail on the count (the
 driver layer). The sim_fleet fixture starts the engine and builds the bundle (base image
 archive included)."""
 

@@ -512,8 +512,8 @@ def test_probe_proves_the_standin_stack(fake_docker, capsys):
     assert r["cuda"] == {"available": True, "device_count": 8, "tensor_ok": True,
                          "total_memory_bytes": 98304 * 1024 * 1024, "device_name": "P800 OAM"}
     assert r["platform"] == {"class": "vllm_kunlun.platforms.kunlun.KunlunPlatform", "device_name": "cuda",
-                             "dispatch_key": "CUDA", "dist_backend": "nccl"}
-    line = "torch.cuda: available, 8 devices, cuda:0 tensor ok, device 0 96.0 GiB; platform cuda/CUDA/nccl"
+                             "dispatch_key": "CPU", "dist_backend": "nccl"}
+    line = "torch.cuda: available, 8 devices, cuda:0 tensor ok, device 0 96.0 GiB; platform cuda/CPU/nccl"
     assert r["summary"] == line and r["msg"] == "image kunlun-serving:test proven: " + line
     assert 'torch  | torch.arange(4, device="cuda:0")' in r["table"]
     assert rep["errors"] == {}
@@ -527,7 +527,7 @@ def test_probe_proves_the_standin_stack(fake_docker, capsys):
 def test_probe_finds_seven_devices_and_fails_with_the_table(fake_docker, capsys):
     r = run_module(capsys, _module_args(fake_docker, 7))
     assert r["failed"] is True and r["proven"] is False
-    assert "2 of 22 checks failed; broken layer, lowest first: driver)" in r["msg"]
+    assert "2 of 21 checks failed; broken layer, lowest first: driver)" in r["msg"]
     assert "driver | torch_xmlir._XMLIRC._xpu_get_devices_number() | 8        | 7\n" in r["msg"]
     assert "driver | torch.cuda.device_count()                     | 8        | 7\n" in r["msg"]
     assert "- driver: the accelerators are not all usable" in r["msg"]
@@ -554,10 +554,11 @@ def test_probe_memory_range_and_platform_fields_are_options(fake_docker, capsys)
     assert r["failed"] is True and r["layers"] == ["torch"]
     assert [(row["component"], row["expected"]) for row in r["rows"] if not row["ok"]] == [
         ("torch.cuda.get_device_properties(0).total_memory", "97-120 GiB")]
-    r = run_module(capsys, _module_args(fake_docker, 8, platform_fields={"dispatch_key": "CPU"}))
+    # dispatch_key is checked only when asked for (the stand-in says "CPU", as the public class)
+    r = run_module(capsys, _module_args(fake_docker, 8, platform_fields={"dispatch_key": "CUDA"}))
     assert r["failed"] is True and r["layers"] == ["plugin"]
     assert [(row["component"], row["expected"], row["found"]) for row in r["rows"] if not row["ok"]] == [
-        ("platform.dispatch_key", "CPU", "CUDA")]
+        ("platform.dispatch_key", "CUDA", "CPU")]
 
 
 @pytest.mark.slow
