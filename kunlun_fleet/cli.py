@@ -66,9 +66,18 @@ def cmd_deploy(ns, rest):
         print("kunlun-fleet deploy: %s" % exc, file=sys.stderr)
         return runner.REFUSED
     head = ["kunlun-fleet", "deploy", "-i", ns.inventory]
-    return runner.run_playbook("deploy", "site.yml", rest, inventory=ns.inventory, limit=ns.limit,
-                               stages=chosen, selection=len(chosen) != len(stages), output=_output(ns),
-                               resume=(head, rest, "only" if ns.only else "from"), argv=_argv(ns))
+    return runner.run_playbook(
+        "deploy",
+        "site.yml",
+        rest,
+        inventory=ns.inventory,
+        limit=ns.limit,
+        stages=chosen,
+        selection=len(chosen) != len(stages),
+        output=_output(ns),
+        resume=(head, rest, "only" if ns.only else "from"),
+        argv=_argv(ns),
+    )
 
 
 def cmd_stage(ns, rest):
@@ -78,14 +87,25 @@ def cmd_stage(ns, rest):
     playbook = Path("playbooks") / ("%s.yml" % ns.name)
     if not (base / playbook).exists():
         names = sorted(p.stem for p in (base / "playbooks").glob("*.yml"))
-        print("kunlun-fleet stage: no stage %r (no %s); the stages: %s" % (ns.name, playbook, ", ".join(names)),
-              file=sys.stderr)
+        print(
+            "kunlun-fleet stage: no stage %r (no %s); the stages: %s" % (ns.name, playbook, ", ".join(names)),
+            file=sys.stderr,
+        )
         return runner.REFUSED
     stages = [s for s in runner.site_stages(base) if s["stage"] == ns.name] or None
     head = ["kunlun-fleet", "stage", ns.name, "-i", ns.inventory]
-    return runner.run_playbook("stage", str(playbook), rest, inventory=ns.inventory, limit=ns.limit,
-                               stages=stages, output=_output(ns), resume=(head, rest, None), argv=_argv(ns),
-                               label="stage-%s" % ns.name)
+    return runner.run_playbook(
+        "stage",
+        str(playbook),
+        rest,
+        inventory=ns.inventory,
+        limit=ns.limit,
+        stages=stages,
+        output=_output(ns),
+        resume=(head, rest, None),
+        argv=_argv(ns),
+        label="stage-%s" % ns.name,
+    )
 
 
 def cmd_status(ns):
@@ -106,16 +126,30 @@ def cmd_hostkeys(ns):
     """Every host's SSH host key against INV/.ssh/known_hosts; --accept records the new ones."""
     from kunlun_fleet import hostkeys
 
-    return hostkeys.run_hostkeys(ns.inventory, ns.limit, do_accept=ns.accept, as_json=ns.json,
-                                 timeout=ns.timeout, vault_password_file=ns.vault_password_file)
+    return hostkeys.run_hostkeys(
+        ns.inventory,
+        ns.limit,
+        do_accept=ns.accept,
+        as_json=ns.json,
+        timeout=ns.timeout,
+        vault_password_file=ns.vault_password_file,
+    )
 
 
 def cmd_bootstrap(ns, rest):
     """playbooks/bootstrap.yml with the login password, once every host key is known."""
     from kunlun_fleet import hostkeys
 
-    return hostkeys.run_bootstrap(ns.inventory, ns.limit, ask_pass=ns.ask_pass, password_file=ns.password_file,
-                                  deploy_user=ns.deploy_user, rest=rest, output=_output(ns), argv=_argv(ns))
+    return hostkeys.run_bootstrap(
+        ns.inventory,
+        ns.limit,
+        ask_pass=ns.ask_pass,
+        password_file=ns.password_file,
+        deploy_user=ns.deploy_user,
+        rest=rest,
+        output=_output(ns),
+        argv=_argv(ns),
+    )
 
 
 def cmd_bundle_build(ns):
@@ -140,8 +174,10 @@ def cmd_api_key(ns):
         return 0
     created, path = vault.ensure_api_key(ns.inventory, ns.vault_password_file)
     pw = ns.vault_password_file or vault.paths(ns.inventory)[0]
-    print("%s the fleet's API key in %s (ansible-vault, password file %s). Print it with "
-          "`kunlun-fleet api-key -i %s --show`." % ("made" if created else "kept", path, pw, ns.inventory))
+    print(
+        "%s the fleet's API key in %s (ansible-vault, password file %s). Print it with "
+        "`kunlun-fleet api-key -i %s --show`." % ("made" if created else "kept", path, pw, ns.inventory)
+    )
     return 0
 
 
@@ -179,8 +215,15 @@ def cmd_bench(ns, rest):
     if ns.check:
         args.append("--check")
     started = time.time()
-    rc = runner.run_playbook("bench", "playbooks/bench.yml", args + list(rest), inventory=ns.inventory,
-                             limit=ns.limit, output=_output(ns), argv=_argv(ns))
+    rc = runner.run_playbook(
+        "bench",
+        "playbooks/bench.yml",
+        args + list(rest),
+        inventory=ns.inventory,
+        limit=ns.limit,
+        output=_output(ns),
+        argv=_argv(ns),
+    )
     if ns.check:
         print("check mode: the bench measured nothing and wrote no report", file=sys.stderr if ns.json else sys.stdout)
         return rc
@@ -206,8 +249,11 @@ def cmd_runs(ns):
             return runner.REFUSED
         summary = path / "summary.md"
         if not summary.exists():
-            print("kunlun-fleet runs show: %s has no summary.md (a run still going, or killed); its events are in %s"
-                  % (path.name, path / "artifacts"), file=sys.stderr)
+            print(
+                "kunlun-fleet runs show: %s has no summary.md (a run still going, or killed); its events are in %s"
+                % (path.name, path / "artifacts"),
+                file=sys.stderr,
+            )
             return 1
         print(summary.read_text(), end="")
         return 0
@@ -234,19 +280,25 @@ def cmd_plan(ns):
     print("from %s (%s host(s) measured directly)" % (path, len((res.get("meta") or {}).get("hosts") or [])))
     print(plan.describe(answer))
     print("assumption: " + plan.ASSUMPTION)
-    print("per-host curve (%s): " % plan.extent(curve)
-          + ", ".join("%d concurrent: %.0f tok/s, TTFT p99 %.2f s" % r for r in curve))
+    print(
+        "per-host curve (%s): " % plan.extent(curve)
+        + ", ".join("%d concurrent: %.0f tok/s, TTFT p99 %.2f s" % r for r in curve)
+    )
     fleet = plan.fleet_curve(res)
-    print("fleet curve per host, %d hosts (%s): " % (plan.fleet_hosts(res), plan.extent(fleet))
-          + ", ".join("%g concurrent: %.0f tok/s, TTFT p99 %.2f s" % r for r in fleet))
+    print(
+        "fleet curve per host, %d hosts (%s): " % (plan.fleet_hosts(res), plan.extent(fleet))
+        + ", ".join("%g concurrent: %.0f tok/s, TTFT p99 %.2f s" % r for r in fleet)
+    )
     return 0 if answer.get("hosts") else 1
 
 
 def _bundle_options(p):
-    p.add_argument("--inventory", "-i", metavar="INV",
-                   help="take the kunlun_stack pins as INV/group_vars/all overrides them")
-    p.add_argument("--no-base-image", action="store_true",
-                   help="the base image comes from a registry, not from the bundle")
+    p.add_argument(
+        "--inventory", "-i", metavar="INV", help="take the kunlun_stack pins as INV/group_vars/all overrides them"
+    )
+    p.add_argument(
+        "--no-base-image", action="store_true", help="the base image comes from a registry, not from the bundle"
+    )
 
 
 class _Parser(argparse.ArgumentParser):
@@ -265,8 +317,12 @@ def _run_options(p, stages=False):
     p.add_argument("-l", "--limit", help="the hosts to run on (ansible-playbook's --limit)")
     if stages:
         which = p.add_mutually_exclusive_group()
-        which.add_argument("--from", dest="from_stage", metavar="STAGE",
-                           help="start at this stage of site.yml (and run the ones after it)")
+        which.add_argument(
+            "--from",
+            dest="from_stage",
+            metavar="STAGE",
+            help="start at this stage of site.yml (and run the ones after it)",
+        )
         which.add_argument("--only", metavar="STAGE[,STAGE]", help="run only these stages, in site.yml's order")
     how = p.add_mutually_exclusive_group()
     how.add_argument("--plain", action="store_true", help="ansible-playbook's own output (default when not a terminal)")
@@ -274,14 +330,19 @@ def _run_options(p, stages=False):
 
 
 def build_parser():
-    parser = _Parser(prog="kunlun-fleet", description=__doc__,
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="kunlun-fleet", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    epilog = ("other arguments go to ansible-playbook (-e, --check, --diff, --tags, -v, ...). Exit codes: 0 ok, "
-              "1 error, 2 failed hosts, 3 refused input (preflight), 4 unreachable hosts, 130 interrupted; "
-              "the report: reports/runs/ID/summary.md (docs/cli.md)")
-    p = sub.add_parser("deploy", help="run site.yml, or some of its stages (extra arguments go to ansible-playbook)",
-                       allow_abbrev=False, epilog=epilog)
+    epilog = (
+        "other arguments go to ansible-playbook (-e, --check, --diff, --tags, -v, ...). Exit codes: 0 ok, "
+        "1 error, 2 failed hosts, 3 refused input (preflight), 4 unreachable hosts, 130 interrupted; "
+        "the report: reports/runs/ID/summary.md (docs/cli.md)"
+    )
+    p = sub.add_parser(
+        "deploy",
+        help="run site.yml, or some of its stages (extra arguments go to ansible-playbook)",
+        allow_abbrev=False,
+        epilog=epilog,
+    )
     _run_options(p, stages=True)
     p.set_defaults(func=cmd_deploy)
     p = sub.add_parser("stage", help="run one stage's playbook", allow_abbrev=False, epilog=epilog)
@@ -292,68 +353,103 @@ def build_parser():
     p.add_argument("action", nargs="?", choices=["show"])
     p.add_argument("run_id", nargs="?", metavar="ID", help="a run id, a unique prefix of one, or 'last'")
     p.set_defaults(func=cmd_runs)
-    p = sub.add_parser("status", help="every serving host's state, live and read-only: one row per host",
-                       allow_abbrev=False,
-                       epilog="exit codes: 0 every host healthy, 2 a host unhealthy, 4 a host unreachable, 1 error, "
-                              "3 refused input, 130 interrupted (docs/cli.md)")
+    p = sub.add_parser(
+        "status",
+        help="every serving host's state, live and read-only: one row per host",
+        allow_abbrev=False,
+        epilog="exit codes: 0 every host healthy, 2 a host unhealthy, 4 a host unreachable, 1 error, "
+        "3 refused input, 130 interrupted (docs/cli.md)",
+    )
     p.add_argument("-i", "--inventory", required=True, help="the inventory (a directory, as inventories/example)")
     p.add_argument("-l", "--limit", help="the hosts to read (ansible-playbook's --limit)")
     p.add_argument("--json", action="store_true", help="one JSON document {hosts: [...], healthy: bool, ...}")
-    p.add_argument("--collect", metavar="DIR",
-                   help="also save each host's raw outputs (xpu-smi, lspci, lsblk, docker info, ...), serials and "
-                        "addresses masked, under DIR/<host>/ (read-only; see `conformance DIR`)")
+    p.add_argument(
+        "--collect",
+        metavar="DIR",
+        help="also save each host's raw outputs (xpu-smi, lspci, lsblk, docker info, ...), serials and "
+        "addresses masked, under DIR/<host>/ (read-only; see `conformance DIR`)",
+    )
     p.set_defaults(func=cmd_status)
-    p = sub.add_parser("conformance", help="the product's parsers over the outputs `status --collect DIR` saved",
-                       allow_abbrev=False,
-                       epilog="exit codes: 0 every file ok (or missing on the host), 2 a file unreadable or "
-                              "differing from the sim kit's, 3 bad input (no DIR, no DIR/<host>/index.json) "
-                              "(docs/cli.md)")
+    p = sub.add_parser(
+        "conformance",
+        help="the product's parsers over the outputs `status --collect DIR` saved",
+        allow_abbrev=False,
+        epilog="exit codes: 0 every file ok (or missing on the host), 2 a file unreadable or "
+        "differing from the sim kit's, 3 bad input (no DIR, no DIR/<host>/index.json) "
+        "(docs/cli.md)",
+    )
     p.add_argument("dir", metavar="DIR", help="a directory written by `kunlun-fleet status --collect DIR`")
     p.add_argument("--json", action="store_true", help="one JSON document {hosts: {...}, exit_code: N}")
     p.set_defaults(func=cmd_conformance)
-    p = sub.add_parser("hostkeys", help="every host's SSH host key and fingerprint: known, new, CHANGED, unreachable",
-                       allow_abbrev=False,
-                       epilog="exit codes: 0 every key known (or accepted now), 1 new keys not accepted yet, "
-                              "3 refused (a CHANGED key; or a bad command line or inventory), 4 unreachable hosts "
-                              "(docs/cli.md)")
+    p = sub.add_parser(
+        "hostkeys",
+        help="every host's SSH host key and fingerprint: known, new, CHANGED, unreachable",
+        allow_abbrev=False,
+        epilog="exit codes: 0 every key known (or accepted now), 1 new keys not accepted yet, "
+        "3 refused (a CHANGED key; or a bad command line or inventory), 4 unreachable hosts "
+        "(docs/cli.md)",
+    )
     p.add_argument("-i", "--inventory", required=True, help="the inventory (a directory, as inventories/example)")
     p.add_argument("-l", "--limit", help="the hosts to read (ansible-playbook's --limit)")
-    p.add_argument("--accept", action="store_true",
-                   help="append the new keys to INVENTORY/.ssh/known_hosts (never a CHANGED one)")
+    p.add_argument(
+        "--accept", action="store_true", help="append the new keys to INVENTORY/.ssh/known_hosts (never a CHANGED one)"
+    )
     p.add_argument("--json", action="store_true", help="one JSON document {hosts: [...], exit_code, ...}")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds per host (default 5)")
     p.add_argument("--vault-password-file", help="default: INVENTORY/.vault-password when it exists")
     p.set_defaults(func=cmd_hostkeys)
-    p = sub.add_parser("bootstrap", help="the controller's key (and a deploy user) on servers that have only a password",
-                       allow_abbrev=False,
-                       epilog="other arguments go to ansible-playbook (-K, -e, --check, -v, ...). Host keys must be "
-                              "known first (kunlun-fleet hostkeys --accept). Exit codes: 0 ok, 1 error, 2 failed "
-                              "hosts, 3 refused (a host key not known, no public key), 4 unreachable (docs/cli.md)")
+    p = sub.add_parser(
+        "bootstrap",
+        help="the controller's key (and a deploy user) on servers that have only a password",
+        allow_abbrev=False,
+        epilog="other arguments go to ansible-playbook (-K, -e, --check, -v, ...). Host keys must be "
+        "known first (kunlun-fleet hostkeys --accept). Exit codes: 0 ok, 1 error, 2 failed "
+        "hosts, 3 refused (a host key not known, no public key), 4 unreachable (docs/cli.md)",
+    )
     _run_options(p)
     pw = p.add_mutually_exclusive_group()
     pw.add_argument("-k", "--ask-pass", action="store_true", help="prompt for the login (root or sudo) password")
-    pw.add_argument("--password-file", metavar="FILE",
-                    help="the password on the first line of FILE (mode 0600; for scripts and tests)")
+    pw.add_argument(
+        "--password-file",
+        metavar="FILE",
+        help="the password on the first line of FILE (mode 0600; for scripts and tests)",
+    )
     p.add_argument("--deploy-user", metavar="NAME", help="also make this user, with the key and passwordless sudo")
     p.set_defaults(func=cmd_bootstrap)
     p = sub.add_parser("bundle", help="the offline bundle: build it, check it (docs/bundle.md)")
     bsub = p.add_subparsers(dest="action", required=True)
-    b = bsub.add_parser("build", help="download the index's files, take the vendor's, write bundle.yml and the manifest",
-                        allow_abbrev=False,
-                        epilog="exit codes: 0 complete, 2 something missing, 3 a file contradicts its pin (wrong "
-                               "version, name or sha256), 1 an error (docs/bundle.md)")
-    b.add_argument("bundle_dir", metavar="DIR", help="the bundle (made when missing; a re-run changes only what changed)")
-    b.add_argument("--vendor", metavar="VDIR",
-                   help="the vendor's files (installers, wheels, the vllm-kunlun source, the base image archive, the "
-                        "model directory, debs/), recognised by their content (default: DIR itself)")
-    b.add_argument("--find-links", metavar="WHEELDIR", action="append",
-                   help="a directory of wheels pip may take the index's files from (pip's --find-links; repeatable)")
+    b = bsub.add_parser(
+        "build",
+        help="download the index's files, take the vendor's, write bundle.yml and the manifest",
+        allow_abbrev=False,
+        epilog="exit codes: 0 complete, 2 something missing, 3 a file contradicts its pin (wrong "
+        "version, name or sha256), 1 an error (docs/bundle.md)",
+    )
+    b.add_argument(
+        "bundle_dir", metavar="DIR", help="the bundle (made when missing; a re-run changes only what changed)"
+    )
+    b.add_argument(
+        "--vendor",
+        metavar="VDIR",
+        help="the vendor's files (installers, wheels, the vllm-kunlun source, the base image archive, the "
+        "model directory, debs/), recognised by their content (default: DIR itself)",
+    )
+    b.add_argument(
+        "--find-links",
+        metavar="WHEELDIR",
+        action="append",
+        help="a directory of wheels pip may take the index's files from (pip's --find-links; repeatable)",
+    )
     b.add_argument("--no-index", action="store_true", help="no package index: --find-links only (offline)")
     _bundle_options(b)
     b.set_defaults(func=cmd_bundle_build)
     for name, parent in (("check", bsub), ("bundle-check", sub)):
-        c = parent.add_parser(name, help="verify an offline bundle against its manifest, its bundle.yml and the pins",
-                              allow_abbrev=False, epilog="exit codes: 0 sound, 1 not (each problem named with its fix)")
+        c = parent.add_parser(
+            name,
+            help="verify an offline bundle against its manifest, its bundle.yml and the pins",
+            allow_abbrev=False,
+            epilog="exit codes: 0 sound, 1 not (each problem named with its fix)",
+        )
         c.add_argument("bundle_dir", metavar="DIR")
         _bundle_options(c)
         c.set_defaults(func=cmd_bundle_check)
@@ -362,8 +458,12 @@ def build_parser():
     p.add_argument("--vault-password-file", help="default: INVENTORY/.vault-password (made when missing)")
     p.add_argument("--show", action="store_true", help="print the key (for a client); nothing else does")
     p.set_defaults(func=cmd_api_key)
-    p = sub.add_parser("bench", help="the load sweep, counters and report (playbooks/bench.yml; loads the fleet)",
-                       allow_abbrev=False, epilog=epilog)
+    p = sub.add_parser(
+        "bench",
+        help="the load sweep, counters and report (playbooks/bench.yml; loads the fleet)",
+        allow_abbrev=False,
+        epilog=epilog,
+    )
     _run_options(p)
     p.add_argument("--concurrency", type=_int_list, help="sweep through the fleet endpoint, e.g. 1,64,256,1024,2048")
     p.add_argument("--host-concurrency", type=_int_list, help="sweep per host (default: --concurrency)")

@@ -43,8 +43,13 @@ def _parsers():
     import host_status
     import volume_info
 
-    return {"xpu_smi": xpu_smi, "data_disk_info": data_disk_info, "engine_state": engine_state,
-            "host_status": host_status, "volume_info": volume_info}
+    return {
+        "xpu_smi": xpu_smi,
+        "data_disk_info": data_disk_info,
+        "engine_state": engine_state,
+        "host_status": host_status,
+        "volume_info": volume_info,
+    }
 
 
 class Unusable(Exception):
@@ -106,8 +111,10 @@ def read_list(p, text, index):
 def read_lspci(p, text, index):
     functions = p["xpu_smi"].parse_lspci(text)
     if not functions:
-        raise Unusable("parse_lspci found no P800 function (vendor %s, device %s)" % (
-            "/".join(p["xpu_smi"].KUNLUN_PCI_VENDORS), "/".join(p["xpu_smi"].P800_PCI_DEVICES)))
+        raise Unusable(
+            "parse_lspci found no P800 function (vendor %s, device %s)"
+            % ("/".join(p["xpu_smi"].KUNLUN_PCI_VENDORS), "/".join(p["xpu_smi"].P800_PCI_DEVICES))
+        )
     return _records("", functions)
 
 
@@ -222,8 +229,9 @@ def host_dirs(directory):
         return [(base.name, base)]
     found = sorted((d.name, d) for d in base.iterdir() if d.is_dir() and (d / "index.json").is_file())
     if not found:
-        raise BadInput("no %s/<host>/index.json: not a directory written by `kunlun-fleet status --collect`"
-                       % directory)
+        raise BadInput(
+            "no %s/<host>/index.json: not a directory written by `kunlun-fleet status --collect`" % directory
+        )
     return found
 
 
@@ -302,8 +310,11 @@ def check_file(p, host_dir, entry, index, reference_dir):
         return out
     lacks = sorted(expected - fields)
     if lacks:
-        out.update(verdict="differs", lacks=lacks,
-                   reason="parsed, but lacks what the sim kit's output yields: %s" % ", ".join(lacks))
+        out.update(
+            verdict="differs",
+            lacks=lacks,
+            reason="parsed, but lacks what the sim kit's output yields: %s" % ", ".join(lacks),
+        )
     return out
 
 
@@ -340,11 +351,15 @@ def render(doc):
             lines.append(("  %s  %-10s %s" % (label.ljust(width), f["verdict"], f["reason"])).rstrip())
     c = doc["counts"]
     lines.append("")
-    lines.append("%d host(s): %d ok, %d missing, %d unreadable, %d differs (exit %d)" % (
-        len(doc["hosts"]), c["ok"], c["missing"], c["unreadable"], c["differs"], doc["exit_code"]))
+    lines.append(
+        "%d host(s): %d ok, %d missing, %d unreadable, %d differs (exit %d)"
+        % (len(doc["hosts"]), c["ok"], c["missing"], c["unreadable"], c["differs"], doc["exit_code"])
+    )
     if doc["exit_code"]:
-        lines.append("send DIR to the project; each unreadable or differing file is a new unit-test fixture "
-                     "(docs/cli.md, 'conformance')")
+        lines.append(
+            "send DIR to the project; each unreadable or differing file is a new unit-test fixture "
+            "(docs/cli.md, 'conformance')"
+        )
     return "\n".join(lines) + "\n"
 
 

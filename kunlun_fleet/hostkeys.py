@@ -41,8 +41,18 @@ KNOWN, NEW, ACCEPTED, CHANGED, UNREACHED, SKIPPED = "known", "new", "accepted", 
 TIMEOUT = 5.0
 WORKERS = 16
 # Connections that are not SSH (a `local` host, a container): nothing to read.
-SSH_CONNECTIONS = (None, "", "ssh", "ansible.builtin.ssh", "paramiko", "paramiko_ssh",
-                   "ansible.builtin.paramiko_ssh", "smart", "mitogen_ssh", "ansible.legacy.ssh")
+SSH_CONNECTIONS = (
+    None,
+    "",
+    "ssh",
+    "ansible.builtin.ssh",
+    "paramiko",
+    "paramiko_ssh",
+    "ansible.builtin.paramiko_ssh",
+    "smart",
+    "mitogen_ssh",
+    "ansible.legacy.ssh",
+)
 # Host key algorithms that stand for a known_hosts key type (RSA keys sign with SHA-2).
 KEY_ALGORITHMS = {"ssh-rsa": ("rsa-sha2-512", "rsa-sha2-256", "ssh-rsa")}
 
@@ -52,6 +62,7 @@ class Refused(Exception):
 
 
 # ---------------------------------------------------------------- keys and known_hosts
+
 
 def fingerprint(blob):
     """SHA256:<base64, no padding> of a key's wire form, as `ssh-keygen -lf` prints it.
@@ -128,8 +139,8 @@ def match_host(patterns, name):
             try:
                 _, _, salt, digest = pattern.split("|", 3)
                 hit = hmac.compare_digest(
-                    hmac.new(base64.b64decode(salt), name.encode(), hashlib.sha1).digest(),
-                    base64.b64decode(digest))
+                    hmac.new(base64.b64decode(salt), name.encode(), hashlib.sha1).digest(), base64.b64decode(digest)
+                )
             except (ValueError, TypeError):
                 hit = False
         else:
@@ -142,8 +153,9 @@ def match_host(patterns, name):
 
 def _glob(pattern):
     """OpenSSH's wildcards: * and ? only ([addr]:port is literal, not a character class)."""
-    return re.compile("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern) + r"\Z",
-                      re.DOTALL)
+    return re.compile(
+        "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern) + r"\Z", re.DOTALL
+    )
 
 
 def read_known_hosts(path):
@@ -177,6 +189,7 @@ def append_known_hosts(path, lines):
 
 # ---------------------------------------------------------------- the inventory
 
+
 class Host:
     def __init__(self, name, address, port=22, user=None, key_file=None, ssh_args="", connection=None):
         self.name, self.address, self.port, self.user = name, str(address), int(port or 22), user
@@ -201,8 +214,10 @@ def resolve_inventory(inventory, base=None):
     checkout = Path(base or runner.root()) / inventory
     if checkout.exists():
         return str(checkout)
-    raise Refused("no inventory %r (looked in %s and in the checkout %s): give the inventory directory, "
-                  "e.g. -i inventories/site-a" % (inventory, os.getcwd(), base or runner.root()))
+    raise Refused(
+        "no inventory %r (looked in %s and in the checkout %s): give the inventory directory, "
+        "e.g. -i inventories/site-a" % (inventory, os.getcwd(), base or runner.root())
+    )
 
 
 def _vault_password_file(inventory, given=None):
@@ -260,15 +275,22 @@ def read_inventory(inventory, limit=None, vault_password_file=None):
             return default
 
         args = " ".join(str(a) for a in (value("ansible_ssh_common_args"), value("ansible_ssh_extra_args")) if a)
-        hosts.append(Host(host.name, value("ansible_host", "ansible_ssh_host", default=host.name),
-                          value("ansible_port", "ansible_ssh_port", default=22),
-                          value("ansible_user", "ansible_ssh_user"),
-                          value("ansible_ssh_private_key_file", "ansible_private_key_file"),
-                          args, value("ansible_connection")))
+        hosts.append(
+            Host(
+                host.name,
+                value("ansible_host", "ansible_ssh_host", default=host.name),
+                value("ansible_port", "ansible_ssh_port", default=22),
+                value("ansible_user", "ansible_ssh_user"),
+                value("ansible_ssh_private_key_file", "ansible_private_key_file"),
+                args,
+                value("ansible_connection"),
+            )
+        )
     return hosts
 
 
 # ---------------------------------------------------------------- reading keys
+
 
 def read_host_key(address, port=22, timeout=TIMEOUT, key_types=None):
     """The host key the SSH server at address:port offers (a paramiko key). With key_types
@@ -335,10 +357,18 @@ class Result:
 
     def as_dict(self):
         h = self.host
-        return {"host": h.name, "address": h.address, "port": h.port, "key_type": self.key_type,
-                "fingerprint": self.fingerprint, "status": self.status, "detail": self.detail or None,
-                "recorded": [{"line": e.lineno, "key_type": e.keytype, "fingerprint": e.fingerprint}
-                             for e in self.recorded]}
+        return {
+            "host": h.name,
+            "address": h.address,
+            "port": h.port,
+            "key_type": self.key_type,
+            "fingerprint": self.fingerprint,
+            "status": self.status,
+            "detail": self.detail or None,
+            "recorded": [
+                {"line": e.lineno, "key_type": e.keytype, "fingerprint": e.fingerprint} for e in self.recorded
+            ],
+        }
 
 
 def check_host(host, entries, timeout=TIMEOUT):
@@ -406,6 +436,7 @@ def accept(results, path):
 
 # ---------------------------------------------------------------- what to say
 
+
 def _display(path):
     path = str(path)
     try:
@@ -418,19 +449,24 @@ def _display(path):
 def changed_message(result, path):
     """The refusal of a changed key: the host, the recorded and offered fingerprints, the fix."""
     h, shown = result.host, _display(path)
-    lines = ["REFUSED %s (%s): its SSH host key CHANGED%s." % (
-        h.name, host_pattern(h.address, h.port), ": " + result.detail if result.detail else "")]
+    lines = [
+        "REFUSED %s (%s): its SSH host key CHANGED%s."
+        % (h.name, host_pattern(h.address, h.port), ": " + result.detail if result.detail else "")
+    ]
     for e in result.recorded:
         lines.append("  recorded (%s line %d, %s): %s %s" % (shown, e.lineno, e.patterns, e.keytype, e.fingerprint))
     lines.append("  offered now: %s %s" % (result.key_type, result.fingerprint))
     lines.append("  A reinstalled server, or someone between you and it. Nothing was written for %s." % h.name)
-    lines.append("  Fix: verify the offered fingerprint out of band (on the server's console: "
-                 "ssh-keygen -lf /etc/ssh/ssh_host_%s_key.pub), then remove the old entry:"
-                 % (result.key_type or "ed25519").replace("ssh-", "").split("-")[0])
+    lines.append(
+        "  Fix: verify the offered fingerprint out of band (on the server's console: "
+        "ssh-keygen -lf /etc/ssh/ssh_host_%s_key.pub), then remove the old entry:"
+        % (result.key_type or "ed25519").replace("ssh-", "").split("-")[0]
+    )
     names = []
     for e in result.recorded:
-        name = next((n for n in [host_pattern(h.address, h.port), host_pattern(h.name, h.port)] if e.matches(n)),
-                    e.patterns)
+        name = next(
+            (n for n in [host_pattern(h.address, h.port), host_pattern(h.name, h.port)] if e.matches(n)), e.patterns
+        )
         if name not in names:
             names.append(name)
     for name in names:
@@ -444,8 +480,15 @@ def table(results):
     for r in results:
         h = r.host
         status = r.status + (": " + r.detail if r.detail and r.status in (UNREACHED, SKIPPED) else "")
-        rows.append((h.name, h.address if h.port == 22 else "%s:%d" % (h.address, h.port), r.key_type or "-",
-                     r.fingerprint or "-", status))
+        rows.append(
+            (
+                h.name,
+                h.address if h.port == 22 else "%s:%d" % (h.address, h.port),
+                r.key_type or "-",
+                r.fingerprint or "-",
+                status,
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row[:4], widths)) + "  " + row[4] for row in rows)
 
@@ -476,8 +519,9 @@ def _not_pointed(hosts, path):
     return missing
 
 
-def run_hostkeys(inventory, limit=None, do_accept=False, as_json=False, timeout=TIMEOUT,
-                 vault_password_file=None, out=None, err=None):
+def run_hostkeys(
+    inventory, limit=None, do_accept=False, as_json=False, timeout=TIMEOUT, vault_password_file=None, out=None, err=None
+):
     """`kunlun-fleet hostkeys`: the table (or JSON), the refusals, the exit code."""
     out, err = out or sys.stdout, err or sys.stderr
     try:
@@ -491,8 +535,18 @@ def run_hostkeys(inventory, limit=None, do_accept=False, as_json=False, timeout=
     written = accept(results, path) if do_accept else []
     code = exit_code(results)
     if as_json:
-        out.write(json.dumps({"known_hosts": str(path), "hosts": [r.as_dict() for r in results],
-                              "written": len(written), "exit_code": code}, indent=2) + "\n")
+        out.write(
+            json.dumps(
+                {
+                    "known_hosts": str(path),
+                    "hosts": [r.as_dict() for r in results],
+                    "written": len(written),
+                    "exit_code": code,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     else:
         out.write(table(results) + "\n")
     for r in results:
@@ -506,19 +560,24 @@ def run_hostkeys(inventory, limit=None, do_accept=False, as_json=False, timeout=
         say.write("\naccepted %d new host key(s) into %s\n" % (len(written), _display(path)))
     new = [r.host.name for r in results if r.status == NEW]
     if new:
-        say.write("\n%d new host key(s), not accepted yet: %s. Verify each fingerprint out of band (on the server's "
-                  "console: ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub), then:\n  kunlun-fleet hostkeys -i %s%s --accept\n"
-                  % (len(new), ", ".join(new), _display(inventory), " --limit %s" % limit if limit else ""))
+        say.write(
+            "\n%d new host key(s), not accepted yet: %s. Verify each fingerprint out of band (on the server's "
+            "console: ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub), then:\n  kunlun-fleet hostkeys -i %s%s --accept\n"
+            % (len(new), ", ".join(new), _display(inventory), " --limit %s" % limit if limit else "")
+        )
     missing = _not_pointed(hosts, path)
     if missing:
-        err.write("\nnote: Ansible does not read %s for %s: its ssh checks ~/.ssh/known_hosts for them. Point it "
-                  "there in group_vars/all/connection.yml:\n  ansible_ssh_common_args: >-\n"
-                  "    -o UserKnownHostsFile={{ inventory_dir }}/.ssh/known_hosts -o StrictHostKeyChecking=yes\n"
-                  % (_display(path), ", ".join(missing) if len(missing) <= 5 else "%d hosts" % len(missing)))
+        err.write(
+            "\nnote: Ansible does not read %s for %s: its ssh checks ~/.ssh/known_hosts for them. Point it "
+            "there in group_vars/all/connection.yml:\n  ansible_ssh_common_args: >-\n"
+            "    -o UserKnownHostsFile={{ inventory_dir }}/.ssh/known_hosts -o StrictHostKeyChecking=yes\n"
+            % (_display(path), ", ".join(missing) if len(missing) <= 5 else "%d hosts" % len(missing))
+        )
     return code
 
 
 # ---------------------------------------------------------------- bootstrap
+
 
 def read_password_file(path):
     """The first line of a file only its owner can read (scripts and tests; a person uses
@@ -528,8 +587,10 @@ def read_password_file(path):
     except OSError as exc:
         raise Refused("--password-file %s: %s" % (path, exc.strerror))
     if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise Refused("--password-file %s can be read by others (mode %o): chmod 600 %s"
-                      % (path, stat.S_IMODE(st.st_mode), shlex.quote(path)))
+        raise Refused(
+            "--password-file %s can be read by others (mode %o): chmod 600 %s"
+            % (path, stat.S_IMODE(st.st_mode), shlex.quote(path))
+        )
     with open(path) as handle:
         password = handle.readline().rstrip("\r\n")
     if not password:
@@ -542,13 +603,17 @@ def public_key_files(hosts):
     problems, found = [], {}
     for h in hosts:
         if not h.key_file:
-            problems.append("%s: the inventory sets no ansible_ssh_private_key_file (bootstrap installs that key's "
-                            ".pub); set it in group_vars/all/connection.yml" % h.name)
+            problems.append(
+                "%s: the inventory sets no ansible_ssh_private_key_file (bootstrap installs that key's "
+                ".pub); set it in group_vars/all/connection.yml" % h.name
+            )
             continue
         pub = os.path.expanduser(str(h.key_file)) + ".pub"
         if not os.path.isfile(pub):
-            problems.append("%s: no public key %s next to its private key: make it with "
-                            "ssh-keygen -y -f %s > %s" % (h.name, pub, h.key_file, pub))
+            problems.append(
+                "%s: no public key %s next to its private key: make it with "
+                "ssh-keygen -y -f %s > %s" % (h.name, pub, h.key_file, pub)
+            )
             continue
         found[h.name] = pub
     if problems:
@@ -566,9 +631,17 @@ def key_login(host, key, user, key_file, timeout=TIMEOUT):
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
     client.get_host_keys().add(host_pattern(host.address, host.port), key.get_name(), key)
     try:
-        client.connect(host.address, port=host.port, username=user, key_filename=os.path.expanduser(key_file),
-                       look_for_keys=False, allow_agent=False, timeout=timeout, banner_timeout=timeout,
-                       auth_timeout=timeout)
+        client.connect(
+            host.address,
+            port=host.port,
+            username=user,
+            key_filename=os.path.expanduser(key_file),
+            look_for_keys=False,
+            allow_agent=False,
+            timeout=timeout,
+            banner_timeout=timeout,
+            auth_timeout=timeout,
+        )
         return None
     except Exception as exc:
         return _why(exc, timeout)
@@ -594,8 +667,11 @@ def _bootstrap_run_class():
                 if any(a in flags for a in self.args):
                     if self.password is None and label == "SSH password":
                         self.password = getpass.getpass("%s: " % label)
-                    answers[pattern] = self.password if label in ("SSH password", "BECOME password") \
+                    answers[pattern] = (
+                        self.password
+                        if label in ("SSH password", "BECOME password")
                         else getpass.getpass("%s: " % label)
+                    )
             return answers
 
         def _hide(self, text):
@@ -617,8 +693,19 @@ def _bootstrap_run_class():
     return BootstrapRun
 
 
-def run_bootstrap(inventory, limit=None, ask_pass=False, password_file=None, deploy_user=None, rest=(),
-                  output="plain", argv=None, timeout=TIMEOUT, out=None, err=None):
+def run_bootstrap(
+    inventory,
+    limit=None,
+    ask_pass=False,
+    password_file=None,
+    deploy_user=None,
+    rest=(),
+    output="plain",
+    argv=None,
+    timeout=TIMEOUT,
+    out=None,
+    err=None,
+):
     """`kunlun-fleet bootstrap`: refuses before any login when a host key is not known, the
     controller's public key is missing or no password is given; then playbooks/bootstrap.yml
     through the runner (-k answered); then a key login to every host (and as the deploy user)."""
@@ -633,8 +720,10 @@ def run_bootstrap(inventory, limit=None, ask_pass=False, password_file=None, dep
         if bool(ask_pass) == bool(password_file):
             raise Refused("give the login password one way: --ask-pass (a prompt) or --password-file FILE")
         if deploy_user is not None and not _valid_user(deploy_user):
-            raise Refused("--deploy-user %r: a user name is lower-case letters, digits, _ and -, starting with a "
-                          "letter or _ (32 characters at most)" % deploy_user)
+            raise Refused(
+                "--deploy-user %r: a user name is lower-case letters, digits, _ and -, starting with a "
+                "letter or _ (32 characters at most)" % deploy_user
+            )
         password = read_password_file(password_file) if password_file else None
         inventory = resolve_inventory(inventory)
         hosts = [h for h in read_inventory(inventory, limit) if h.ssh]
@@ -655,19 +744,31 @@ def run_bootstrap(inventory, limit=None, ask_pass=False, password_file=None, dep
                 err.write("UNREACHABLE %s (%s port %d): %s\n" % (r.host.name, r.host.address, r.host.port, r.detail))
         new = [r.host.name for r in bad if r.status == NEW]
         if new:
-            err.write("kunlun-fleet bootstrap: the host key of %s is not known yet (%s has no entry): a password is "
-                      "only ever sent to a host whose key was verified. Run first, and verify the fingerprints it "
-                      "prints out of band:\n  kunlun-fleet hostkeys -i %s%s --accept\n"
-                      % (", ".join(new), _display(path), _display(inventory), " --limit %s" % limit if limit else ""))
+            err.write(
+                "kunlun-fleet bootstrap: the host key of %s is not known yet (%s has no entry): a password is "
+                "only ever sent to a host whose key was verified. Run first, and verify the fingerprints it "
+                "prints out of band:\n  kunlun-fleet hostkeys -i %s%s --accept\n"
+                % (", ".join(new), _display(path), _display(inventory), " --limit %s" % limit if limit else "")
+            )
         return UNREACHABLE if all(r.status == UNREACHED for r in bad) else REFUSED
     err.write("host keys: %d host(s) known in %s\n" % (len(results), _display(path)))
     args = ["--ask-pass"] + (["-e", json.dumps({"bootstrap_deploy_user": deploy_user})] if deploy_user else []) + rest
-    head = ["kunlun-fleet", "bootstrap", "-i", _display(inventory)] + (
-        ["--password-file", password_file] if password_file else ["--ask-pass"]) + (
-        ["--deploy-user", deploy_user] if deploy_user else [])
+    head = (
+        ["kunlun-fleet", "bootstrap", "-i", _display(inventory)]
+        + (["--password-file", password_file] if password_file else ["--ask-pass"])
+        + (["--deploy-user", deploy_user] if deploy_user else [])
+    )
     try:
-        run = _bootstrap_run_class()("bootstrap", "playbooks/bootstrap.yml", args, inventory=inventory, limit=limit,
-                                     output=output, resume=(head, rest, None), argv=argv)
+        run = _bootstrap_run_class()(
+            "bootstrap",
+            "playbooks/bootstrap.yml",
+            args,
+            inventory=inventory,
+            limit=limit,
+            output=output,
+            resume=(head, rest, None),
+            argv=argv,
+        )
     except runner.Refused as exc:
         err.write("kunlun-fleet bootstrap: %s\n" % exc)
         return REFUSED

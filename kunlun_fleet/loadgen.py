@@ -15,8 +15,9 @@ class Load:
         import openai
 
         self.model, self.max_tokens = model, max_tokens
-        self.client = openai.OpenAI(base_url=url.rstrip("/") + "/v1", api_key=api_key,
-                                    max_retries=max_retries, timeout=120)
+        self.client = openai.OpenAI(
+            base_url=url.rstrip("/") + "/v1", api_key=api_key, max_retries=max_retries, timeout=120
+        )
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.ok, self.failed, self.tokens = 0, [], 0
@@ -33,8 +34,12 @@ class Load:
             return out.choices[0].text, out.usage.completion_tokens if out.usage else None, out.choices[0].finish_reason
         text, tokens, finish = "", None, None
         stream = self.client.chat.completions.create(
-            model=self.model, stream=True, max_tokens=self.max_tokens, stream_options={"include_usage": True},
-            messages=[{"role": "user", "content": "Hello"}])
+            model=self.model,
+            stream=True,
+            max_tokens=self.max_tokens,
+            stream_options={"include_usage": True},
+            messages=[{"role": "user", "content": "Hello"}],
+        )
         for chunk in stream:
             if chunk.choices:
                 text += chunk.choices[0].delta.content or ""
@@ -53,8 +58,10 @@ class Load:
                         self.tokens += tokens
                         self.served_at.append(time.monotonic())
                     else:
-                        self.failed.append("incomplete answer: finish_reason=%r, completion_tokens=%r, %d characters"
-                                           % (finish, tokens, len(text)))
+                        self.failed.append(
+                            "incomplete answer: finish_reason=%r, completion_tokens=%r, %d characters"
+                            % (finish, tokens, len(text))
+                        )
             except Exception as exc:  # every failure counts: nothing may be lost
                 with self.lock:
                     self.failed.append(repr(exc))
@@ -73,5 +80,10 @@ class Load:
 
     def summary(self):
         wall = (self.ended or time.monotonic()) - self.started
-        return {"requests_ok": self.ok, "requests_failed": len(self.failed), "output_tokens": self.tokens,
-                "wall_s": round(wall, 1), "output_tok_s": round(self.tokens / wall, 1) if wall else 0.0}
+        return {
+            "requests_ok": self.ok,
+            "requests_failed": len(self.failed),
+            "output_tokens": self.tokens,
+            "wall_s": round(wall, 1),
+            "output_tok_s": round(self.tokens / wall, 1) if wall else 0.0,
+        }

@@ -34,40 +34,50 @@ VLLM_METRICS_SRC = ROOT / "kunlun_fleet" / "sim" / "artifacts" / "vllm_src" / "v
 # dashboard or the rules may use. The gateway role relies on vllm_router_running_requests
 # (drain) and its molecule scenario on vllm_router_processed_requests_total (counted only
 # when the policy chose among two or more healthy workers: not a per-worker request total).
-ROUTER_METRICS = frozenset({
-    "vllm_router_requests_total",
-    "vllm_router_request_errors_total",
-    "vllm_router_retries_total",
-    "vllm_router_processed_requests_total",
-    "vllm_router_running_requests",
-    "vllm_router_active_workers",
-    "vllm_router_worker_health",
-    "vllm_router_cb_state",
-    "vllm_router_request_duration_seconds_bucket",
-    "vllm_router_request_duration_seconds_sum",
-    "vllm_router_request_duration_seconds_count",
-})
+ROUTER_METRICS = frozenset(
+    {
+        "vllm_router_requests_total",
+        "vllm_router_request_errors_total",
+        "vllm_router_retries_total",
+        "vllm_router_processed_requests_total",
+        "vllm_router_running_requests",
+        "vllm_router_active_workers",
+        "vllm_router_worker_health",
+        "vllm_router_cb_state",
+        "vllm_router_request_duration_seconds_bucket",
+        "vllm_router_request_duration_seconds_sum",
+        "vllm_router_request_duration_seconds_count",
+    }
+)
 
 # node-exporter 1.5 (Debian 12's prometheus-node-exporter): the series used here.
-NODE_METRICS = frozenset({
-    "node_filesystem_avail_bytes",
-    "node_filesystem_size_bytes",
-    "node_filesystem_free_bytes",
-    "node_cpu_seconds_total",
-    "node_memory_MemAvailable_bytes",
-    "node_memory_MemTotal_bytes",
-    "node_load1",
-    "node_textfile_mtime_seconds",
-    "node_textfile_scrape_error",
-})
+NODE_METRICS = frozenset(
+    {
+        "node_filesystem_avail_bytes",
+        "node_filesystem_size_bytes",
+        "node_filesystem_free_bytes",
+        "node_cpu_seconds_total",
+        "node_memory_MemAvailable_bytes",
+        "node_memory_MemTotal_bytes",
+        "node_load1",
+        "node_textfile_mtime_seconds",
+        "node_textfile_scrape_error",
+    }
+)
 
 # Prometheus's own series for every target.
-PROMETHEUS_METRICS = frozenset({
-    "up", "scrape_duration_seconds", "scrape_samples_scraped", "scrape_series_added",
-})
+PROMETHEUS_METRICS = frozenset(
+    {
+        "up",
+        "scrape_duration_seconds",
+        "scrape_samples_scraped",
+        "scrape_series_added",
+    }
+)
 
 # PromQL words that look like names: functions, aggregations, keywords.
-_PROMQL_WORDS = frozenset("""
+_PROMQL_WORDS = frozenset(
+    """
     abs absent absent_over_time ceil changes clamp clamp_max clamp_min day_of_month day_of_week
     day_of_year days_in_month delta deriv exp floor histogram_count histogram_sum
     histogram_fraction histogram_quantile holt_winters hour idelta increase irate label_join
@@ -79,7 +89,8 @@ _PROMQL_WORDS = frozenset("""
     sum min max avg group stddev stdvar count count_values bottomk topk quantile
     by without on ignoring group_left group_right bool and or unless offset
     inf nan Inf NaN
-""".split())
+""".split()
+)
 
 
 def _load_script(path):
@@ -147,15 +158,15 @@ def known_metric_names():
 
 def metric_names(expr):
     """The metric names a PromQL expression (or a Grafana query) reads."""
-    text = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'', '""', expr)      # strings
-    text = re.sub(r"\$\{[^}]*\}|\$\w+", "1m", text)                             # Grafana variables
-    text = re.sub(r"\{[^{}]*\}", "", text)                                      # label matchers
-    text = re.sub(r"\[[^\]]*\]", "", text)                                      # ranges
+    text = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'', '""', expr)  # strings
+    text = re.sub(r"\$\{[^}]*\}|\$\w+", "1m", text)  # Grafana variables
+    text = re.sub(r"\{[^{}]*\}", "", text)  # label matchers
+    text = re.sub(r"\[[^\]]*\]", "", text)  # ranges
     text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", r"\1", text)
     names = set()
     for match in re.finditer(r"(?<![\w.:])([a-zA-Z_:][a-zA-Z0-9_:]*)", text):
         word = match.group(1)
-        following = text[match.end():].lstrip()
+        following = text[match.end() :].lstrip()
         if word in _PROMQL_WORDS or following.startswith("("):
             continue
         if re.match(r"^\d", word):
@@ -168,6 +179,7 @@ def metric_names(expr):
 
 
 # ----------------------------------------------------------------- rendering
+
 
 def _trust(value):
     from ansible.template import trust_as_template
@@ -204,8 +216,7 @@ def render(template, variables, rules_delimiters=False):
     return templar.template(trust_as_template(Path(template).read_text()), overrides=overrides)
 
 
-def default_inventory(hosts=("kf-node-1", "kf-node-2", "kf-node-3"), gateways=None, monitoring=None,
-                      addresses=None):
+def default_inventory(hosts=("kf-node-1", "kf-node-2", "kf-node-3"), gateways=None, monitoring=None, addresses=None):
     """Variables of a small inventory for rendering prometheus.yml: the hosts serve,
     the first is the gateway and the monitoring host unless given."""
     hosts = list(hosts)
@@ -215,8 +226,13 @@ def default_inventory(hosts=("kf-node-1", "kf-node-2", "kf-node-3"), gateways=No
     addresses = dict(addresses or {})
     hostvars = {h: ({"ansible_host": addresses[h]} if h in addresses else {}) for h in everyone}
     return {
-        "groups": {"all": everyone, "xpu_servers": hosts, "gateways": gateways, "monitoring": monitoring,
-                   "ungrouped": []},
+        "groups": {
+            "all": everyone,
+            "xpu_servers": hosts,
+            "gateways": gateways,
+            "monitoring": monitoring,
+            "ungrouped": [],
+        },
         "hostvars": hostvars,
         "inventory_hostname": monitoring[0],
     }
@@ -262,9 +278,11 @@ GRAFANA_SUBSTITUTES = {
 
 def grafana_to_promql(expr):
     """A dashboard query with its Grafana variables replaced by values Prometheus accepts."""
+
     def value(match):
         name = match.group(1) or match.group(2)
         return GRAFANA_SUBSTITUTES.get(name.split(":")[0], ".*")
+
     return re.sub(r"\$\{([^}]+)\}|\$(\w+)", value, expr)
 
 

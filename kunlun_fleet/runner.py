@@ -45,9 +45,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 OK, ERROR, FAILED, REFUSED, UNREACHABLE, INTERRUPTED = 0, 1, 2, 3, 4, 130
-EXIT_MEANING = {OK: "every host ok", ERROR: "error (no host named)", FAILED: "failed hosts",
-                REFUSED: "refused input (preflight)", UNREACHABLE: "unreachable hosts",
-                INTERRUPTED: "interrupted"}
+EXIT_MEANING = {
+    OK: "every host ok",
+    ERROR: "error (no host named)",
+    FAILED: "failed hosts",
+    REFUSED: "refused input (preflight)",
+    UNREACHABLE: "unreachable hosts",
+    INTERRUPTED: "interrupted",
+}
 KEEP_RUNS = 50
 # Seconds ansible-playbook gets to stop after Ctrl-C before it is cancelled (killed).
 CANCEL_GRACE = 10
@@ -103,6 +108,7 @@ def _cfg(base, section, key, default):
 
 # ---------------------------------------------------------------- stages
 
+
 def playbook_plays(path):
     """The play names of a playbook, following its import_playbook lines."""
     import yaml
@@ -129,8 +135,12 @@ def site_stages(base=None):
         imported = entry.get("ansible.builtin.import_playbook") or entry.get("import_playbook")
         if not imported:
             continue
-        stage = {"stage": Path(imported).stem, "name": entry.get("name", Path(imported).stem),
-                 "import": str((base / imported).resolve()), "plays": playbook_plays(base / imported)}
+        stage = {
+            "stage": Path(imported).stem,
+            "name": entry.get("name", Path(imported).stem),
+            "import": str((base / imported).resolve()),
+            "plays": playbook_plays(base / imported),
+        }
         if "when" in entry:
             stage["when"] = entry["when"]
         stages.append(stage)
@@ -144,10 +154,12 @@ def select_stages(stages, start=None, only=None):
     wanted = [start] if start else [n.strip() for n in (only or "").split(",") if n.strip()]
     unknown = [n for n in wanted if n not in names]
     if unknown:
-        raise Refused("no stage %s; the stages of site.yml, in order: %s"
-                      % (", ".join(repr(n) for n in unknown), ", ".join(names)))
+        raise Refused(
+            "no stage %s; the stages of site.yml, in order: %s"
+            % (", ".join(repr(n) for n in unknown), ", ".join(names))
+        )
     if start:
-        return stages[names.index(start):]
+        return stages[names.index(start) :]
     if only is not None:
         if not wanted:
             raise Refused("--only needs one stage or more; the stages: %s" % ", ".join(names))
@@ -166,12 +178,15 @@ def write_selection(stages, path):
         if "when" in s:
             entry["when"] = s["when"]
         plays.append(entry)
-    Path(path).write_text("---\n# Written by kunlun-fleet deploy --from/--only: site.yml's stages %s.\n%s"
-                          % (", ".join(s["stage"] for s in stages), yaml.safe_dump(plays, sort_keys=False)))
+    Path(path).write_text(
+        "---\n# Written by kunlun-fleet deploy --from/--only: site.yml's stages %s.\n%s"
+        % (", ".join(s["stage"] for s in stages), yaml.safe_dump(plays, sort_keys=False))
+    )
     return path
 
 
 # ---------------------------------------------------------------- secrets
+
 
 def vault_secrets(inventory, password_file=None, password=None):
     """Every vaulted value of an inventory directory (inline `!vault` values and vaulted
@@ -181,8 +196,7 @@ def vault_secrets(inventory, password_file=None, password=None):
         return []
     from kunlun_fleet import vault as kvault
 
-    password_file = (password_file or os.environ.get("ANSIBLE_VAULT_PASSWORD_FILE")
-                     or kvault.paths(inventory)[0])
+    password_file = password_file or os.environ.get("ANSIBLE_VAULT_PASSWORD_FILE") or kvault.paths(inventory)[0]
     if password is None and not os.path.exists(password_file):
         return []
     try:
@@ -271,6 +285,7 @@ class Masker:
 
 # ---------------------------------------------------------------- what happened
 
+
 def _ts(event):
     try:
         return datetime.datetime.fromisoformat(event["created"]).timestamp()
@@ -300,8 +315,15 @@ def _message(res, masker):
 
 
 COUNTS = ("ok", "changed", "failed", "unreachable", "skipped", "rescued", "ignored")
-STATS_KEYS = {"ok": "ok", "changed": "changed", "failures": "failed", "dark": "unreachable",
-              "skipped": "skipped", "rescued": "rescued", "ignored": "ignored"}
+STATS_KEYS = {
+    "ok": "ok",
+    "changed": "changed",
+    "failures": "failed",
+    "dark": "unreachable",
+    "skipped": "skipped",
+    "rescued": "rescued",
+    "ignored": "ignored",
+}
 
 
 class Tracker:
@@ -316,8 +338,10 @@ class Tracker:
         for s in stages:
             for play in s["plays"]:
                 self.play_stage.setdefault(play, s["stage"])
-        self.stages = {name: {"start": None, "end": None, "plays": [], "failed": set(), "unreachable": set()}
-                       for name in self.stage_names}
+        self.stages = {
+            name: {"start": None, "end": None, "plays": [], "failed": set(), "unreachable": set()}
+            for name in self.stage_names
+        }
         self.hosts = {}
         self.stage = self.play = self.task = None
         self.stats = None
@@ -336,8 +360,9 @@ class Tracker:
 
     def host(self, name):
         if name not in self.hosts:
-            self.hosts[name] = dict({k: 0 for k in COUNTS}, stage=None, task=None, state="waiting",
-                                    since=time.time(), failure=None)
+            self.hosts[name] = dict(
+                {k: 0 for k in COUNTS}, stage=None, task=None, state="waiting", since=time.time(), failure=None
+            )
         return self.hosts[name]
 
     def feed(self, event):
@@ -354,8 +379,9 @@ class Tracker:
             if stage != self.stage and self.stage in self.stages:
                 self.stages[self.stage]["end"] = when
             self.stage = stage
-            record = self.stages.setdefault(stage, {"start": None, "end": None, "plays": [], "failed": set(),
-                                                    "unreachable": set()})
+            record = self.stages.setdefault(
+                stage, {"start": None, "end": None, "plays": [], "failed": set(), "unreachable": set()}
+            )
             if stage not in self.stage_names:
                 self.stage_names.append(stage)
             if record["start"] is None:
@@ -383,8 +409,13 @@ class Tracker:
                         h["state"] = "done"
                     for record in self.stages.values():
                         record["failed"].discard(host)
-        elif data.get("host") and kind in ("runner_on_start", "runner_on_ok", "runner_on_failed",
-                                           "runner_on_skipped", "runner_on_unreachable"):
+        elif data.get("host") and kind in (
+            "runner_on_start",
+            "runner_on_ok",
+            "runner_on_failed",
+            "runner_on_skipped",
+            "runner_on_unreachable",
+        ):
             self._host_event(kind, data, when)
 
     def _host_event(self, kind, data, when):
@@ -411,9 +442,15 @@ class Tracker:
         else:
             unreachable = kind == "runner_on_unreachable"
             h["unreachable" if unreachable else "failed"] += 1
-            failure = {"stage": stage, "play": data.get("play"), "task": data.get("task"),
-                       "role": data.get("role"), "unreachable": unreachable,
-                       "message": _message(res, self.masker), "time": _iso(when)}
+            failure = {
+                "stage": stage,
+                "play": data.get("play"),
+                "task": data.get("task"),
+                "role": data.get("role"),
+                "unreachable": unreachable,
+                "message": _message(res, self.masker),
+                "time": _iso(when),
+            }
             if h["failure"] is None:
                 h["failure"] = failure
             h["state"] = "unreachable" if unreachable else "failed"
@@ -426,6 +463,7 @@ class Tracker:
 
 # ---------------------------------------------------------------- output
 
+
 def json_line(event, tracker, masker):
     """One event for other tools: names, host, status and times; never a result."""
     data = event.get("event_data") or {}
@@ -437,10 +475,16 @@ def json_line(event, tracker, masker):
     if data.get("play"):
         line["stage"] = tracker.stage_of(data.get("play"))
     res = data.get("res")
-    status = {"runner_on_start": "started", "runner_on_ok": "ok", "runner_on_failed": "failed",
-              "runner_on_skipped": "skipped", "runner_on_unreachable": "unreachable",
-              "runner_item_on_ok": "ok", "runner_item_on_failed": "failed",
-              "runner_item_on_skipped": "skipped"}.get(kind)
+    status = {
+        "runner_on_start": "started",
+        "runner_on_ok": "ok",
+        "runner_on_failed": "failed",
+        "runner_on_skipped": "skipped",
+        "runner_on_unreachable": "unreachable",
+        "runner_item_on_ok": "ok",
+        "runner_item_on_failed": "failed",
+        "runner_item_on_skipped": "skipped",
+    }.get(kind)
     if status:
         if status == "failed" and data.get("ignore_errors"):
             status = "ignored"
@@ -461,8 +505,11 @@ def json_line(event, tracker, masker):
 
 def _clock(seconds):
     seconds = int(max(0, seconds))
-    return "%d:%02d:%02d" % (seconds // 3600, seconds % 3600 // 60, seconds % 60) if seconds >= 3600 \
+    return (
+        "%d:%02d:%02d" % (seconds // 3600, seconds % 3600 // 60, seconds % 60)
+        if seconds >= 3600
         else "%d:%02d" % (seconds // 60, seconds % 60)
+    )
 
 
 def render(tracker, title, now=None):
@@ -492,16 +539,34 @@ def render(tracker, title, now=None):
                 bar.append(" › ", style="dim")
             bar.append("%s %s" % (mark, name), style=style)
         table = Table(box=None, pad_edge=False, expand=False)
-        for column, justify in (("host", "left"), ("state", "left"), ("stage", "left"), ("task", "left"),
-                                ("ok", "right"), ("changed", "right"), ("failed", "right"),
-                                ("unreach.", "right"), ("time", "right")):
-            table.add_column(column, justify=justify, no_wrap=True,
-                             max_width=60 if column == "task" else None, overflow="ellipsis")
+        for column, justify in (
+            ("host", "left"),
+            ("state", "left"),
+            ("stage", "left"),
+            ("task", "left"),
+            ("ok", "right"),
+            ("changed", "right"),
+            ("failed", "right"),
+            ("unreach.", "right"),
+            ("time", "right"),
+        ):
+            table.add_column(
+                column, justify=justify, no_wrap=True, max_width=60 if column == "task" else None, overflow="ellipsis"
+            )
         for label, h, hosts in _rows(tracker.hosts):
             style = {"failed": "red", "unreachable": "magenta", "running": "yellow"}.get(h["state"])
-            table.add_row(label, h["state"], h["stage"] or "", tracker.masker.text(h["task"] or ""),
-                          str(h["ok"]), str(h["changed"]), str(h["failed"]), str(h["unreachable"]),
-                          _clock(now - h["since"]) if h["state"] == "running" else "", style=style)
+            table.add_row(
+                label,
+                h["state"],
+                h["stage"] or "",
+                tracker.masker.text(h["task"] or ""),
+                str(h["ok"]),
+                str(h["changed"]),
+                str(h["failed"]),
+                str(h["unreachable"]),
+                _clock(now - h["since"]) if h["state"] == "running" else "",
+                style=style,
+            )
         if not tracker.hosts:
             table.add_row("(no host reached yet)", "", "", tracker.task or "", "", "", "", "", "")
     return Group(head, bar, table)
@@ -530,6 +595,7 @@ def _rows(hosts):
 
 # ---------------------------------------------------------------- runs
 
+
 def new_run_dir(command, base=None, keep=None):
     """reports/runs/<UTC timestamp>-<command>/, made private; older runs beyond `keep`
     removed."""
@@ -552,10 +618,12 @@ def rotate(parent, keep=None):
         try:
             keep = int(os.environ.get("KUNLUN_FLEET_KEEP_RUNS") or KEEP_RUNS)
         except ValueError:
-            raise Refused("KUNLUN_FLEET_KEEP_RUNS=%r: give a number of runs to keep (default %d)"
-                          % (os.environ["KUNLUN_FLEET_KEEP_RUNS"], KEEP_RUNS))
+            raise Refused(
+                "KUNLUN_FLEET_KEEP_RUNS=%r: give a number of runs to keep (default %d)"
+                % (os.environ["KUNLUN_FLEET_KEEP_RUNS"], KEEP_RUNS)
+            )
     runs = sorted(p for p in Path(parent).iterdir() if p.is_dir() and RUN_ID.match(p.name))
-    for old in runs[:max(0, len(runs) - max(1, keep))]:
+    for old in runs[: max(0, len(runs) - max(1, keep))]:
         shutil.rmtree(old, ignore_errors=True)
 
 
@@ -576,14 +644,19 @@ def list_runs(base=None):
 def find_run(run_id, base=None):
     """A run by id, unique prefix, or 'last'."""
     parent = runs_dir(base)
-    names = sorted(p.name for p in parent.iterdir() if p.is_dir() and RUN_ID.match(p.name)) \
-        if parent.is_dir() else []
+    names = sorted(p.name for p in parent.iterdir() if p.is_dir() and RUN_ID.match(p.name)) if parent.is_dir() else []
     if run_id in ("last", "latest") and names:
         return parent / names[-1]
     matches = [n for n in names if n == run_id] or [n for n in names if n.startswith(run_id)]
     if len(matches) != 1:
-        raise Refused("no run %r in %s%s" % (run_id, parent, (": it matches %s" % ", ".join(matches))
-                                                 if matches else " (`kunlun-fleet runs` lists them)"))
+        raise Refused(
+            "no run %r in %s%s"
+            % (
+                run_id,
+                parent,
+                (": it matches %s" % ", ".join(matches)) if matches else " (`kunlun-fleet runs` lists them)",
+            )
+        )
     return parent / matches[0]
 
 
@@ -593,8 +666,11 @@ def _duration(seconds):
     if seconds < 60:
         return "%.1f s" % seconds
     seconds = int(round(seconds))
-    return "%dh%02dm%02ds" % (seconds // 3600, seconds % 3600 // 60, seconds % 60) if seconds >= 3600 \
+    return (
+        "%dh%02dm%02ds" % (seconds // 3600, seconds % 3600 // 60, seconds % 60)
+        if seconds >= 3600
         else "%dm%02ds" % (seconds // 60, seconds % 60)
+    )
 
 
 def runs_table(runs):
@@ -604,20 +680,42 @@ def runs_table(runs):
         command = r.get("command", "-")
         if command == "stage" and r.get("playbook"):
             command += " " + Path(r["playbook"]).stem
-        rows.append((r.get("id", "?"), command, r.get("status", "-"), _duration(r.get("wall_s")),
-                     ("%d: %s" % (len(bad), ", ".join(bad[:5]) + (" ..." if len(bad) > 5 else ""))) if bad else "0"))
+        rows.append(
+            (
+                r.get("id", "?"),
+                command,
+                r.get("status", "-"),
+                _duration(r.get("wall_s")),
+                ("%d: %s" % (len(bad), ", ".join(bad[:5]) + (" ..." if len(bad) > 5 else ""))) if bad else "0",
+            )
+        )
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
 
 
 # ---------------------------------------------------------------- one run
 
+
 class Run:
     """One playbook run: the environment, ansible-runner, the output, the report."""
 
-    def __init__(self, command, playbook, args=(), inventory=None, limit=None, stages=None,
-                 selection=None, output="plain", resume=None, base=None, keep=None, argv=None,
-                 stream=None, label=None):
+    def __init__(
+        self,
+        command,
+        playbook,
+        args=(),
+        inventory=None,
+        limit=None,
+        stages=None,
+        selection=None,
+        output="plain",
+        resume=None,
+        base=None,
+        keep=None,
+        argv=None,
+        stream=None,
+        label=None,
+    ):
         self.base = Path(base or root())
         self.command = command
         self.label = label or command  # the run id's tail
@@ -626,9 +724,18 @@ class Run:
         self.inventory_given = inventory
         self.inventory = self._resolve(inventory)
         self.limit = limit
-        self.stages = stages if stages is not None else [
-            {"stage": Path(playbook).stem, "name": Path(playbook).stem, "import": self.playbook,
-             "plays": playbook_plays(self.playbook) if os.path.exists(self.playbook) else []}]
+        self.stages = (
+            stages
+            if stages is not None
+            else [
+                {
+                    "stage": Path(playbook).stem,
+                    "name": Path(playbook).stem,
+                    "import": self.playbook,
+                    "plays": playbook_plays(self.playbook) if os.path.exists(self.playbook) else [],
+                }
+            ]
+        )
         self.selection = selection  # True: a deploy --from/--only (self.stages are the chosen)
         self.output = output
         # (head, tail, "from" | "only" | None): the resume command is head, --from/--only,
@@ -655,8 +762,10 @@ class Run:
             return str(self.base / inventory)
         if "," in inventory:  # a host list ("host1,host2,"), as ansible-playbook takes it
             return inventory
-        raise Refused("no inventory %r (looked in %s and in the checkout %s): give the inventory directory, "
-                      "e.g. -i inventories/site-a" % (inventory, os.getcwd(), self.base))
+        raise Refused(
+            "no inventory %r (looked in %s and in the checkout %s): give the inventory directory, "
+            "e.g. -i inventories/site-a" % (inventory, os.getcwd(), self.base)
+        )
 
     def _write(self, text):
         if self.broken_pipe:
@@ -672,11 +781,13 @@ class Run:
 
     def envvars(self):
         env = ansible_env(self.inventory, self.base)
-        extra = {"ANSIBLE_CONFIG": env["ANSIBLE_CONFIG"],
-                 "PATH": _venv_bin() + os.pathsep + os.environ.get("PATH", ""),
-                 # ansible-runner turns host key checking off unless told: keep ansible.cfg's.
-                 "ANSIBLE_HOST_KEY_CHECKING": os.environ.get("ANSIBLE_HOST_KEY_CHECKING")
-                 or _cfg(self.base, "defaults", "host_key_checking", "True")}
+        extra = {
+            "ANSIBLE_CONFIG": env["ANSIBLE_CONFIG"],
+            "PATH": _venv_bin() + os.pathsep + os.environ.get("PATH", ""),
+            # ansible-runner turns host key checking off unless told: keep ansible.cfg's.
+            "ANSIBLE_HOST_KEY_CHECKING": os.environ.get("ANSIBLE_HOST_KEY_CHECKING")
+            or _cfg(self.base, "defaults", "host_key_checking", "True"),
+        }
         if "ANSIBLE_VAULT_PASSWORD_FILE" in env:
             extra["ANSIBLE_VAULT_PASSWORD_FILE"] = env["ANSIBLE_VAULT_PASSWORD_FILE"]
         tty = self.output == "plain" and hasattr(self.out, "isatty") and self.out.isatty()
@@ -731,7 +842,8 @@ class Run:
             passwords = self.passwords()
             vault_password = next((v for k, v in passwords.items() if k.startswith("^Vault")), None)
             self.masker = self.tracker.masker = Masker(
-                vault_secrets(self.inventory, self.password_file(), vault_password))
+                vault_secrets(self.inventory, self.password_file(), vault_password)
+            )
             status, rc = self._run(playbook, passwords)
         except KeyboardInterrupt:
             self.interrupted = True
@@ -761,11 +873,21 @@ class Run:
             previous[sig] = signal.signal(sig, self._interrupt)
         try:
             thread, runner = ansible_runner.run_async(
-                private_data_dir=str(self.dir), artifact_dir=str(self.dir), ident="artifacts",
-                project_dir=str(self.base), playbook=playbook, cmdline=shlex.join(self.cmdline()),
-                limit=self.limit, envvars=self.envvars(), passwords=passwords or None,
-                event_handler=handler, cancel_callback=self._cancel, quiet=True,
-                suppress_env_files=True, fact_cache_type=None)
+                private_data_dir=str(self.dir),
+                artifact_dir=str(self.dir),
+                ident="artifacts",
+                project_dir=str(self.base),
+                playbook=playbook,
+                cmdline=shlex.join(self.cmdline()),
+                limit=self.limit,
+                envvars=self.envvars(),
+                passwords=passwords or None,
+                event_handler=handler,
+                cancel_callback=self._cancel,
+                quiet=True,
+                suppress_env_files=True,
+                fact_cache_type=None,
+            )
             if self.output == "live":
                 self._live(thread)
             else:
@@ -785,8 +907,9 @@ class Run:
         self.interrupts += 1
         if self.interrupts == 1:
             self.interrupted, self.interrupted_at = True, time.time()
-            sys.stderr.write("\nkunlun-fleet: interrupted: stopping ansible-playbook (Ctrl-C again: at once), "
-                             "then the report\n")
+            sys.stderr.write(
+                "\nkunlun-fleet: interrupted: stopping ansible-playbook (Ctrl-C again: at once), then the report\n"
+            )
             if self.ansible_pid:
                 try:
                     os.kill(self.ansible_pid, signal.SIGINT)
@@ -799,8 +922,7 @@ class Run:
         """ansible-runner's cancel_callback: True kills ansible-playbook's process group."""
         if not self.interrupted:
             return False
-        return (self.ansible_pid is None or self.interrupts > 1
-                or time.time() - self.interrupted_at > CANCEL_GRACE)
+        return self.ansible_pid is None or self.interrupts > 1 or time.time() - self.interrupted_at > CANCEL_GRACE
 
     def _live(self, thread):
         from rich.console import Console
@@ -808,19 +930,29 @@ class Run:
         from rich.text import Text
 
         console = Console(file=self.out)
-        title = "kunlun-fleet %s  %s%s%s" % (self.label.replace("-", " ", 1), self.inventory_given or "",
-                                             "  --limit %s" % self.limit if self.limit else "",
-                                             "  (check mode)" if self.check_mode() else "")
-        with Live(render(self.tracker, title), console=console, refresh_per_second=4,
-                  redirect_stdout=False, redirect_stderr=False) as live:
+        title = "kunlun-fleet %s  %s%s%s" % (
+            self.label.replace("-", " ", 1),
+            self.inventory_given or "",
+            "  --limit %s" % self.limit if self.limit else "",
+            "  (check mode)" if self.check_mode() else "",
+        )
+        with Live(
+            render(self.tracker, title),
+            console=console,
+            refresh_per_second=4,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        ) as live:
             while thread.is_alive():
                 thread.join(0.25)
                 with self.tracker.lock:
                     notes, self.tracker.notes = self.tracker.notes, []
                 for host, f in notes:
-                    line = Text("%s %s  %s / %s: %s" % ("UNREACHABLE" if f["unreachable"] else "FAILED",
-                                                          host, f["stage"], f["task"], f["message"]),
-                                style="magenta" if f["unreachable"] else "red")
+                    line = Text(
+                        "%s %s  %s / %s: %s"
+                        % ("UNREACHABLE" if f["unreachable"] else "FAILED", host, f["stage"], f["task"], f["message"]),
+                        style="magenta" if f["unreachable"] else "red",
+                    )
                     live.console.print(line)
                 live.update(render(self.tracker, title))
             if self.interrupted:
@@ -887,7 +1019,7 @@ class Run:
         limit = ",".join(bad) if bad and carried_on else self.limit
         cmd = list(head)
         if how == "only" and stage in names:
-            cmd += ["--only", ",".join(names[names.index(stage):])]
+            cmd += ["--only", ",".join(names[names.index(stage) :])]
         elif how == "from" and stage in names:
             cmd += ["--from", stage]
         if limit:
@@ -933,30 +1065,56 @@ class Run:
                     result = "interrupted"
                 else:
                     result = "ok"
-                stages.append({"stage": name, "plays": record["plays"], "start": _iso(start), "end": _iso(stop),
-                               "wall_s": round(stop - start, 1) if start else None, "result": result,
-                               "failed_hosts": sorted(record["failed"]),
-                               "unreachable_hosts": sorted(record["unreachable"])})
+                stages.append(
+                    {
+                        "stage": name,
+                        "plays": record["plays"],
+                        "start": _iso(start),
+                        "end": _iso(stop),
+                        "wall_s": round(stop - start, 1) if start else None,
+                        "result": result,
+                        "failed_hosts": sorted(record["failed"]),
+                        "unreachable_hosts": sorted(record["unreachable"]),
+                    }
+                )
             hosts = {}
             for name, h in t.hosts.items():
-                result = ("failed" if h["failed"] and h["failure"] else "unreachable" if h["unreachable"]
-                          else "interrupted" if self.interrupted and h["state"] == "running" else "ok")
-                hosts[name] = dict({k: h[k] for k in COUNTS}, result=result, last_stage=h["stage"],
-                                   first_failure=h["failure"])
+                result = (
+                    "failed"
+                    if h["failed"] and h["failure"]
+                    else "unreachable"
+                    if h["unreachable"]
+                    else "interrupted"
+                    if self.interrupted and h["state"] == "running"
+                    else "ok"
+                )
+                hosts[name] = dict(
+                    {k: h[k] for k in COUNTS}, result=result, last_stage=h["stage"], first_failure=h["failure"]
+                )
                 if result == "interrupted":  # the step it was in may be half done: the resume redoes it
                     hosts[name]["in_flight"] = {"stage": h["stage"], "task": h["task"]}
         summary = {
-            "id": self.id, "command": self.command,
+            "id": self.id,
+            "command": self.command,
             "command_line": self.masker.text(shlex.join(self.argv)),
             "playbook": os.path.relpath(self.playbook, self.base),
-            "inventory": self.inventory_given, "limit": self.limit,
+            "inventory": self.inventory_given,
+            "limit": self.limit,
             "stages_selected": [s["stage"] for s in self.stages] if self.selection else None,
             "check_mode": self.check_mode(),
-            "start": _iso(self.started), "end": _iso(end), "wall_s": round(end - self.started, 1),
-            "stages": stages, "hosts": hosts,
-            "failed_hosts": self.failed_hosts(), "unreachable_hosts": self.unreachable_hosts(),
-            "status": state, "exit_code": code, "exit_meaning": EXIT_MEANING.get(code),
-            "ansible_rc": rc, "runner_status": status, "error": self.error,
+            "start": _iso(self.started),
+            "end": _iso(end),
+            "wall_s": round(end - self.started, 1),
+            "stages": stages,
+            "hosts": hosts,
+            "failed_hosts": self.failed_hosts(),
+            "unreachable_hosts": self.unreachable_hosts(),
+            "status": state,
+            "exit_code": code,
+            "exit_meaning": EXIT_MEANING.get(code),
+            "ansible_rc": rc,
+            "runner_status": status,
+            "error": self.error,
             "resume": self.resume_command(code),
             "error_output": self.error_output() if code == ERROR else None,
             "stack": self.stack(),
@@ -975,7 +1133,7 @@ class Run:
             return [self.error] if self.error else []
         text = ANSI.sub("", self.masker.text(text)).replace("\r\n", "\n").splitlines()
         first = next((i for i, line in enumerate(text) if "ERROR" in line), max(0, len(text) - lines))
-        return [line for line in text[first:first + lines]] + ([self.error] if self.error else [])
+        return [line for line in text[first : first + lines]] + ([self.error] if self.error else [])
 
     def _tidy_artifacts(self):
         """ansible-runner's `command` file holds the whole environment: keep the command
@@ -995,21 +1153,45 @@ class Run:
 
     def _final(self, code):
         s = self.summary
-        path = os.path.relpath(self.dir / "summary.md") if str(self.dir).startswith(os.getcwd()) \
+        path = (
+            os.path.relpath(self.dir / "summary.md")
+            if str(self.dir).startswith(os.getcwd())
             else str(self.dir / "summary.md")
+        )
         if self.output == "json":
-            self._write(json.dumps({"event": "kunlun_fleet_summary", "id": s["id"], "status": s["status"],
-                                    "exit_code": code, "failed_hosts": s["failed_hosts"],
-                                    "unreachable_hosts": s["unreachable_hosts"], "report": str(self.dir / "summary.json"),
-                                    "resume": s["resume"]}) + "\n")
+            self._write(
+                json.dumps(
+                    {
+                        "event": "kunlun_fleet_summary",
+                        "id": s["id"],
+                        "status": s["status"],
+                        "exit_code": code,
+                        "failed_hosts": s["failed_hosts"],
+                        "unreachable_hosts": s["unreachable_hosts"],
+                        "report": str(self.dir / "summary.json"),
+                        "resume": s["resume"],
+                    }
+                )
+                + "\n"
+            )
             return
-        lines = ["", "kunlun-fleet %s: %s in %s (exit %d: %s)" % (self.command, s["status"], _duration(s["wall_s"]),
-                                                                  code, EXIT_MEANING.get(code, "?"))]
+        lines = [
+            "",
+            "kunlun-fleet %s: %s in %s (exit %d: %s)"
+            % (self.command, s["status"], _duration(s["wall_s"]), code, EXIT_MEANING.get(code, "?")),
+        ]
         for host in s["failed_hosts"] + s["unreachable_hosts"]:
             f = s["hosts"][host]["first_failure"] or {}
-            lines.append("  %s %s: %s / %s: %s" % ("UNREACHABLE" if f.get("unreachable") else "FAILED", host,
-                                                  f.get("stage"), f.get("task"), (f.get("message") or "").splitlines()[0]
-                                                  if f.get("message") else ""))
+            lines.append(
+                "  %s %s: %s / %s: %s"
+                % (
+                    "UNREACHABLE" if f.get("unreachable") else "FAILED",
+                    host,
+                    f.get("stage"),
+                    f.get("task"),
+                    (f.get("message") or "").splitlines()[0] if f.get("message") else "",
+                )
+            )
         if s.get("error_output"):
             lines.append("  " + s["error_output"][0])
         if not s["hosts"] and code == OK:
@@ -1023,24 +1205,39 @@ class Run:
 def summary_markdown(s):
     """summary.md: the same report for a person."""
     out = ["# kunlun-fleet %s: %s" % (s["command"], s["status"]), ""]
-    facts = [("run", s["id"]), ("command", "`%s`" % s["command_line"]), ("playbook", s["playbook"]),
-             ("inventory", s["inventory"] or "(ansible.cfg's)"), ("limit", s["limit"] or "(all hosts)")]
+    facts = [
+        ("run", s["id"]),
+        ("command", "`%s`" % s["command_line"]),
+        ("playbook", s["playbook"]),
+        ("inventory", s["inventory"] or "(ansible.cfg's)"),
+        ("limit", s["limit"] or "(all hosts)"),
+    ]
     if s.get("stages_selected"):
         facts.append(("stages", ", ".join(s["stages_selected"])))
     if s.get("check_mode"):
         facts.append(("mode", "check (nothing changed)"))
-    facts += [("started", s["start"]), ("ended", s["end"]), ("wall time", _duration(s["wall_s"])),
-              ("exit code", "%d (%s)" % (s["exit_code"], s["exit_meaning"]))]
+    facts += [
+        ("started", s["start"]),
+        ("ended", s["end"]),
+        ("wall time", _duration(s["wall_s"])),
+        ("exit code", "%d (%s)" % (s["exit_code"], s["exit_meaning"])),
+    ]
     out += ["| | |", "|---|---|"] + ["| %s | %s |" % (k, v) for k, v in facts] + [""]
     out += ["## Stages", "", "| stage | wall time | result |", "|---|---:|---|"]
     for st in s["stages"]:
         out.append("| %s | %s | %s |" % (st["stage"], _duration(st["wall_s"]), st["result"]))
     out += ["| **total** | **%s** | |" % _duration(s["wall_s"]), ""]
-    out += ["## Hosts", "", "| host | ok | changed | failed | unreachable | skipped | result |",
-            "|---|---:|---:|---:|---:|---:|---|"]
+    out += [
+        "## Hosts",
+        "",
+        "| host | ok | changed | failed | unreachable | skipped | result |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
     for name, h in s["hosts"].items():
-        out.append("| %s | %d | %d | %d | %d | %d | %s |" % (name, h["ok"], h["changed"], h["failed"],
-                                                             h["unreachable"], h["skipped"], h["result"]))
+        out.append(
+            "| %s | %d | %d | %d | %d | %d | %s |"
+            % (name, h["ok"], h["changed"], h["failed"], h["unreachable"], h["skipped"], h["result"])
+        )
     if not s["hosts"]:
         out.append("| (no host reached) | | | | | | |")
     out.append("")
@@ -1049,24 +1246,34 @@ def summary_markdown(s):
         out += ["## First failure per host", ""]
         for name in bad:
             f = s["hosts"][name]["first_failure"] or {}
-            out.append("- **%s** (%s), stage %s, task \"%s\"%s:" % (
-                name, "unreachable" if f.get("unreachable") else "failed", f.get("stage"), f.get("task"),
-                ", role %s" % f["role"] if f.get("role") else ""))
+            out.append(
+                '- **%s** (%s), stage %s, task "%s"%s:'
+                % (
+                    name,
+                    "unreachable" if f.get("unreachable") else "failed",
+                    f.get("stage"),
+                    f.get("task"),
+                    ", role %s" % f["role"] if f.get("role") else "",
+                )
+            )
             out += ["", "  ```", *["  " + line for line in (f.get("message") or "").splitlines()], "  ```", ""]
     if s.get("error_output"):
         out += ["## What ansible-playbook said", "", "```", *s["error_output"], "```", ""]
     flight = [(name, h["in_flight"]) for name, h in s["hosts"].items() if h.get("in_flight")]
     if flight:
         out += ["## In flight when interrupted", ""]
-        out += ["- **%s**: stage %s, task \"%s\"" % (name, f["stage"], f["task"]) for name, f in flight] + [""]
+        out += ['- **%s**: stage %s, task "%s"' % (name, f["stage"], f["task"]) for name, f in flight] + [""]
     if s["resume"]:
         out += ["## Resume", "", "```", s["resume"], "```", ""]
     stack = s.get("stack") or {}
     if stack.get("versions") or stack.get("image_tag"):
         out += ["## Stack", ""]
         if stack.get("versions"):
-            out.append("Pins (roles/kunlun_stack/defaults/main.yml): " + ", ".join(
-                "%s %s" % (k, v) for k, v in stack["versions"].items()) + ".")
+            out.append(
+                "Pins (roles/kunlun_stack/defaults/main.yml): "
+                + ", ".join("%s %s" % (k, v) for k, v in stack["versions"].items())
+                + "."
+            )
         if stack.get("model"):
             out.append("Model: %s." % stack["model"])
         out.append("Image tag: %s." % (stack.get("image_tag") or "not computed in this run (no image stage)"))

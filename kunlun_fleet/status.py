@@ -40,16 +40,29 @@ HEALTHY, UNHEALTHY = runner.OK, runner.FAILED
 UNREACHABLE = runner.UNREACHABLE
 # Below this share of free space the data volume gets a warning.
 LOW_FREE_PCT = 10.0
-COLUMNS = ("host", "reachable", "OS", "/home", "driver", "devices", "power", "image", "service", "model",
-           "gateway", "run/wait", "last figure", "health")
+COLUMNS = (
+    "host",
+    "reachable",
+    "OS",
+    "/home",
+    "driver",
+    "devices",
+    "power",
+    "image",
+    "service",
+    "model",
+    "gateway",
+    "run/wait",
+    "last figure",
+    "health",
+)
 
 
 # ---------------------------------------------------------------- the run's events
 def new_state():
     """What the events of a status run said: host_status results, unreachable and failed
     hosts, and the gateways' task results (None: the task did not run; []: no gateway)."""
-    return {"results": {}, "unreachable": {}, "failed": {}, "lists": None, "units": None, "alerts": None,
-            "outputs": {}}
+    return {"results": {}, "unreachable": {}, "failed": {}, "lists": None, "units": None, "alerts": None, "outputs": {}}
 
 
 # The playbook's task that reads the alerts of Prometheus on each monitoring host (its
@@ -119,13 +132,13 @@ def unit_worker_urls(text):
         if not line.startswith("ExecStart="):
             continue
         try:
-            argv = shlex.split(line[len("ExecStart="):])
+            argv = shlex.split(line[len("ExecStart=") :])
         except ValueError:
             argv = line.split()
         if "--worker-urls" not in argv:
             return None
         urls = []
-        for token in argv[argv.index("--worker-urls") + 1:]:
+        for token in argv[argv.index("--worker-urls") + 1 :]:
             if token.startswith("-"):
                 break
             urls.append(token)
@@ -156,7 +169,8 @@ def gateways_view(lists, units):
             entry.update(answering=True, workers=[str(u) for u in body["urls"]])
         else:
             entry["error"] = "not answering (%s)" % (
-                "HTTP %s" % item.get("status") if (item.get("status") or -1) > 0 else _message(item))
+                "HTTP %s" % item.get("status") if (item.get("status") or -1) > 0 else _message(item)
+            )
         view[gw] = entry
     for item in units or []:
         gw = item.get("status_gateway") or item.get("item")
@@ -190,8 +204,11 @@ def gateway_state(worker_url, gateways):
     if all(s == "in" for s in per.values()):
         return {"state": "in", "detail": "listed by %s" % ", ".join(per), "per_gateway": per}
     state = next(s for s in ("drained", "absent", "unknown") if s in per.values())
-    words = {"drained": "drained (taken out with remove_worker) on %s", "absent": "not listed on %s",
-             "unknown": "gateway %s %s"}
+    words = {
+        "drained": "drained (taken out with remove_worker) on %s",
+        "absent": "not listed on %s",
+        "unknown": "gateway %s %s",
+    }
     parts = []
     for gw, s in per.items():
         if s == "in":
@@ -219,7 +236,8 @@ def alerts_view(results):
             continue
         if item.get("status") != 200 or doc.get("status") != "success":
             view["monitors"][monitor] = "not answering (%s)" % (
-                "HTTP %s" % item.get("status") if item.get("status", -1) > 0 else _message(item))
+                "HTTP %s" % item.get("status") if item.get("status", -1) > 0 else _message(item)
+            )
             continue
         view["monitors"][monitor] = ""
         for alert in (doc.get("data") or {}).get("alerts") or []:
@@ -227,10 +245,17 @@ def alerts_view(results):
             if alert.get("state") != "firing":
                 view["pending"] += 1
                 continue
-            view["firing"].append({"alert": labels.get("alertname", "?"), "severity": labels.get("severity", ""),
-                                   "host": labels.get("host", ""), "device": labels.get("device", ""),
-                                   "summary": notes.get("summary", ""), "since": alert.get("activeAt", ""),
-                                   "monitor": monitor})
+            view["firing"].append(
+                {
+                    "alert": labels.get("alertname", "?"),
+                    "severity": labels.get("severity", ""),
+                    "host": labels.get("host", ""),
+                    "device": labels.get("device", ""),
+                    "summary": notes.get("summary", ""),
+                    "since": alert.get("activeAt", ""),
+                    "monitor": monitor,
+                }
+            )
     view["firing"].sort(key=lambda a: (a["severity"] != "critical", a["alert"], _natural(a["host"]), a["device"]))
     return view
 
@@ -246,9 +271,12 @@ def read_acceptance(path):
         return None
     if not isinstance(data, dict):
         return None
-    return {"hosts": data.get("hosts") if isinstance(data.get("hosts"), dict) else {},
-            "target": data.get("target_single_stream_tok_s"), "file": str(path),
-            "measured_at": when.isoformat(timespec="seconds")}
+    return {
+        "hosts": data.get("hosts") if isinstance(data.get("hosts"), dict) else {},
+        "target": data.get("target_single_stream_tok_s"),
+        "file": str(path),
+        "measured_at": when.isoformat(timespec="seconds"),
+    }
 
 
 def acceptance_of(host, acceptance):
@@ -256,9 +284,13 @@ def acceptance_of(host, acceptance):
         return None
     figures = acceptance["hosts"][host]
     rate, target = figures.get("tokens_per_s"), acceptance.get("target")
-    return {"tokens_per_s": rate, "target": target,
-            "pass": (rate is not None and target is not None and float(rate) >= float(target)),
-            "measured_at": acceptance["measured_at"], "file": acceptance["file"]}
+    return {
+        "tokens_per_s": rate,
+        "target": target,
+        "pass": (rate is not None and target is not None and float(rate) >= float(target)),
+        "measured_at": acceptance["measured_at"],
+        "file": acceptance["file"],
+    }
 
 
 # ---------------------------------------------------------------- the health rules
@@ -286,8 +318,10 @@ def health(row, has_gateway):
     image = row.get("image") or {}
     if image.get("state") != "current":
         if image.get("state") == "stale":
-            reasons.append("image stale: runs %s%s, %s is %s" % (
-                short_id(image.get("runs_id")), _tags(image), image.get("ref"), short_id(image.get("current_id"))))
+            reasons.append(
+                "image stale: runs %s%s, %s is %s"
+                % (short_id(image.get("runs_id")), _tags(image), image.get("ref"), short_id(image.get("current_id")))
+            )
         elif image.get("state") == "none":
             reasons.append("no serving image (no unit, no container)")
         else:
@@ -300,8 +334,10 @@ def health(row, has_gateway):
         ok = driver.get("devices_ok") or 0
         if ok < expected:
             bad = driver.get("bad_devices") or []
-            reasons.append("accelerators %d/%d ok%s" % (ok, expected, (" (not ok: %s)" % ", ".join(
-                str(b) for b in bad)) if bad else ""))
+            reasons.append(
+                "accelerators %d/%d ok%s"
+                % (ok, expected, (" (not ok: %s)" % ", ".join(str(b) for b in bad)) if bad else "")
+            )
     gateway = row.get("gateway") or {}
     if has_gateway and gateway.get("state") != "in":
         reasons.append("not in the gateway: %s" % (gateway.get("detail") or gateway.get("state")))
@@ -329,8 +365,10 @@ def warnings(row):
             notes.append(row[section]["error"])
     figure = row.get("acceptance")
     if figure and figure.get("tokens_per_s") is not None and not figure.get("pass"):
-        notes.append("last acceptance figure %.1f tok/s is below the target %s" % (
-            float(figure["tokens_per_s"]), figure.get("target")))
+        notes.append(
+            "last acceptance figure %.1f tok/s is below the target %s"
+            % (float(figure["tokens_per_s"]), figure.get("target"))
+        )
     return notes
 
 
@@ -375,9 +413,13 @@ def document(state, acceptance=None):
     gateways = gateways_view(state["lists"], state["units"])
     names = set(state["results"]) | set(state["unreachable"]) | set(state["failed"])
     rows = [build_row(h, state, gateways, acceptance) for h in sorted(names, key=_natural)]
-    doc = {"hosts": rows, "healthy": bool(rows) and all(r["healthy"] for r in rows),
-           "gateways": gateways, "alerts": alerts_view(state.get("alerts")),
-           "acceptance_file": (acceptance or {}).get("file")}
+    doc = {
+        "hosts": rows,
+        "healthy": bool(rows) and all(r["healthy"] for r in rows),
+        "gateways": gateways,
+        "alerts": alerts_view(state.get("alerts")),
+        "acceptance_file": (acceptance or {}).get("file"),
+    }
     doc["exit_code"] = exit_code(rows)
     return doc
 
@@ -422,11 +464,15 @@ def cells(row):
         return [row["host"], "yes" if row["reachable"] else "NO"] + blank + [health_cell]
     osr, vol, drv = row["os"], row["volume"], row["driver"]
     svc, img, srv, gw = row["service"], row["image"], row["serving"], row["gateway"]
-    os_cell = " ".join(x for x in ((osr.get("pretty_name") or "?").replace(" GNU/Linux", ""),
-                                   osr.get("kernel") or "") if x)
+    os_cell = " ".join(
+        x for x in ((osr.get("pretty_name") or "?").replace(" GNU/Linux", ""), osr.get("kernel") or "") if x
+    )
     if vol.get("size_bytes"):
-        vol_cell = "%s %s %s%% free" % (vol.get("fstype") or "(no mount)", human_bytes(vol["size_bytes"]),
-                                        ("%.0f" % vol["free_pct"]) if vol.get("free_pct") is not None else "?")
+        vol_cell = "%s %s %s%% free" % (
+            vol.get("fstype") or "(no mount)",
+            human_bytes(vol["size_bytes"]),
+            ("%.0f" % vol["free_pct"]) if vol.get("free_pct") is not None else "?",
+        )
     else:
         vol_cell = "unreadable"
     if drv.get("state") == "present":
@@ -443,15 +489,30 @@ def cells(row):
     if svc.get("active") == "active" and svc.get("active_for_s") is not None:
         service_cell += " " + human_age(svc["active_for_s"])
     run, wait = srv.get("requests_running"), srv.get("requests_waiting")
-    requests_cell = "-" if run is None and wait is None else "%s/%s" % (
-        "?" if run is None else run, "?" if wait is None else wait)
+    requests_cell = (
+        "-" if run is None and wait is None else "%s/%s" % ("?" if run is None else run, "?" if wait is None else wait)
+    )
     figure = row.get("acceptance")
     if figure and figure.get("tokens_per_s") is not None:
         figure_cell = "%.1f tok/s%s" % (float(figure["tokens_per_s"]), "" if figure["pass"] else " FAIL")
     else:
         figure_cell = "-"
-    return [row["host"], "yes", os_cell, vol_cell, driver_cell, devices_cell, power_cell, image_cell,
-            service_cell, srv.get("model") or "-", gw.get("state") or "?", requests_cell, figure_cell, health_cell]
+    return [
+        row["host"],
+        "yes",
+        os_cell,
+        vol_cell,
+        driver_cell,
+        devices_cell,
+        power_cell,
+        image_cell,
+        service_cell,
+        srv.get("model") or "-",
+        gw.get("state") or "?",
+        requests_cell,
+        figure_cell,
+        health_cell,
+    ]
 
 
 def render_table(doc):
@@ -462,16 +523,19 @@ def render_table(doc):
     unreachable = sum(1 for r in hosts if not r["reachable"])
     unhealthy = sum(1 for r in hosts if r["reachable"] and not r["healthy"])
     lines.append("")
-    lines.append("%d host(s): %d healthy, %d unhealthy, %d unreachable (exit %d)" % (
-        len(hosts), len(hosts) - unhealthy - unreachable, unhealthy, unreachable, doc["exit_code"]))
+    lines.append(
+        "%d host(s): %d healthy, %d unhealthy, %d unreachable (exit %d)"
+        % (len(hosts), len(hosts) - unhealthy - unreachable, unhealthy, unreachable, doc["exit_code"])
+    )
     for r in hosts:
         for note in r["warnings"]:
             lines.append("  warning %s: %s" % (r["host"], note))
     gateways = doc.get("gateways")
     if gateways:
         for gw, g in sorted(gateways.items()):
-            lines.append("gateway %s: %s" % (gw, "%d worker(s) listed" % len(g["workers"]) if g["answering"]
-                                             else g["error"]))
+            lines.append(
+                "gateway %s: %s" % (gw, "%d worker(s) listed" % len(g["workers"]) if g["answering"] else g["error"])
+            )
     elif gateways is None and hosts:
         lines.append("gateways: not read (no host answered)")
     alerts = doc.get("alerts")
@@ -481,9 +545,14 @@ def render_table(doc):
             if error:
                 lines.append("monitoring %s: %s" % (monitor, error))
         if answered:
-            lines.append("alerts firing: %s (Prometheus on %s)%s" % (
-                len(alerts["firing"]) or "none", ", ".join(answered),
-                "; %d pending" % alerts["pending"] if alerts["pending"] else ""))
+            lines.append(
+                "alerts firing: %s (Prometheus on %s)%s"
+                % (
+                    len(alerts["firing"]) or "none",
+                    ", ".join(answered),
+                    "; %d pending" % alerts["pending"] if alerts["pending"] else "",
+                )
+            )
         for a in alerts["firing"]:
             where = a["host"] + (" device %s" % a["device"] if a["device"] else "")
             lines.append("  %s [%s] %s: %s" % (a["alert"], a["severity"] or "-", where or "-", a["summary"]))
@@ -505,8 +574,7 @@ def _collect_module():
     """library/collect_outputs.py (its Masker), loaded from this checkout."""
     import importlib.util
 
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "library",
-                        "collect_outputs.py")
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "library", "collect_outputs.py")
     spec = importlib.util.spec_from_file_location("kunlun_fleet_collect_outputs", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -531,16 +599,31 @@ def write_collection(directory, outputs, hosts, when=None):
         os.makedirs(host_dir, exist_ok=True)
         entries = [dict(o) for o in res.get("outputs") or [] if isinstance(o, dict) and o.get("name")]
         masker = masking.mask_outputs(entries)
-        index = {"host": host, "collected_at": when, "mount_point": res.get("mount_point"), "commands": [],
-                 "masked": res.get("masked") or masker.counts(), "error": None}
+        index = {
+            "host": host,
+            "collected_at": when,
+            "mount_point": res.get("mount_point"),
+            "commands": [],
+            "masked": res.get("masked") or masker.counts(),
+            "error": None,
+        }
         if not entries:
-            index["error"] = (hosts.get(host) or (_message(res) if res else None)
-                              or "not collected (collect_outputs did not run on this host)")
+            index["error"] = (
+                hosts.get(host)
+                or (_message(res) if res else None)
+                or "not collected (collect_outputs did not run on this host)"
+            )
         written[host] = 0
         for o in entries:
             name = _safe_name(o["name"])
-            item = {"command": o.get("command"), "file": None, "rc": o.get("rc"), "missing": bool(o.get("missing")),
-                    "reason": o.get("reason") or "", "stderr": o.get("stderr") or ""}
+            item = {
+                "command": o.get("command"),
+                "file": None,
+                "rc": o.get("rc"),
+                "missing": bool(o.get("missing")),
+                "reason": o.get("reason") or "",
+                "stderr": o.get("stderr") or "",
+            }
             if not o.get("missing"):
                 with open(os.path.join(host_dir, name), "w") as fh:
                     fh.write(o.get("stdout") or "")
@@ -560,8 +643,17 @@ class StatusRun(runner.Run):
 
     def __init__(self, inventory, limit=None, argv=None, base=None, collect=False):
         args = ["--check"] + (["-e", "status_collect=true"] if collect else [])
-        super().__init__("status", PLAYBOOK, args, inventory=inventory, limit=limit, output="quiet",
-                         argv=argv, stream=io.StringIO(), base=base)
+        super().__init__(
+            "status",
+            PLAYBOOK,
+            args,
+            inventory=inventory,
+            limit=limit,
+            output="quiet",
+            argv=argv,
+            stream=io.StringIO(),
+            base=base,
+        )
         self.state = new_state()
 
     def on_event(self, event):
@@ -596,14 +688,17 @@ def run(inventory, limit=None, as_json=False, argv=None, out=None, base=None, co
         missed = dict((r["host"], r["error"] or "not collected") for r in doc["hosts"] if r.get("error"))
         written = write_collection(collect_dir, status_run.state["outputs"], missed)
         doc["collected"] = {"dir": os.path.abspath(collect_dir), "files": written}
-        sys.stderr.write("kunlun-fleet status: raw outputs of %d host(s) in %s (masked); check them with "
-                         "`kunlun-fleet conformance %s`\n" % (sum(1 for n in written.values() if n), collect_dir,
-                                                               collect_dir))
+        sys.stderr.write(
+            "kunlun-fleet status: raw outputs of %d host(s) in %s (masked); check them with "
+            "`kunlun-fleet conformance %s`\n" % (sum(1 for n in written.values() if n), collect_dir, collect_dir)
+        )
     if not doc["hosts"]:
         code = code if code != runner.OK else runner.ERROR
         said = (status_run.summary or {}).get("error_output") or []
-        sys.stderr.write("kunlun-fleet status: no host was read (exit %d)%s\n  report: %s\n" % (
-            code, "".join("\n  " + line for line in said), report))
+        sys.stderr.write(
+            "kunlun-fleet status: no host was read (exit %d)%s\n  report: %s\n"
+            % (code, "".join("\n  " + line for line in said), report)
+        )
         if as_json:
             out.write(render_json(dict(doc, exit_code=code, error=said or ["no host was read"])))
         return code

@@ -53,7 +53,8 @@ def ensure_api_key(inventory_dir, password_file=None):
             raise SystemExit(
                 "%s exists but its vault password file %s does not: give the password file with "
                 "--vault-password-file (or put it back); a new key is not generated over an existing one"
-                % (vault_path, pw_path))
+                % (vault_path, pw_path)
+            )
         read_api_key(inventory_dir, pw_path)  # proves the password opens it
         return False, vault_path
     if not os.path.exists(pw_path):
@@ -61,9 +62,11 @@ def ensure_api_key(inventory_dir, password_file=None):
     password = open(pw_path).read().strip()
     key = "kf-" + secrets.token_urlsafe(32)
     armored = _vault(password).encrypt(key.encode()).decode()
-    text = ("# The fleet's API key (clients send it as a Bearer token). Made once by\n"
-            "# `kunlun-fleet api-key`; print it with `kunlun-fleet api-key -i INVENTORY --show`.\n"
-            "---\n%s: !vault |\n%s" % (KEY_VAR, "".join("  %s\n" % line for line in armored.splitlines())))
+    text = (
+        "# The fleet's API key (clients send it as a Bearer token). Made once by\n"
+        "# `kunlun-fleet api-key`; print it with `kunlun-fleet api-key -i INVENTORY --show`.\n"
+        "---\n%s: !vault |\n%s" % (KEY_VAR, "".join("  %s\n" % line for line in armored.splitlines()))
+    )
     _write_private(vault_path, text.encode())
     return True, vault_path
 
@@ -73,6 +76,7 @@ def read_api_key(inventory_dir, password_file=None):
 
     default_pw, vault_path = paths(inventory_dir)
     password = open(password_file or default_pw).read().strip()
+
     class Loader(yaml.SafeLoader):
         pass
 

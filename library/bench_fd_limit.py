@@ -94,10 +94,12 @@ from ansible.module_utils.bench_results import concurrent_streams, fd_plan
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(concurrency=dict(type="int"),
-                           points=dict(type="list", elements="dict"),
-                           host_parallel=dict(type="int", default=8),
-                           headroom=dict(type="int", default=1024)),
+        argument_spec=dict(
+            concurrency=dict(type="int"),
+            points=dict(type="list", elements="dict"),
+            host_parallel=dict(type="int", default=8),
+            headroom=dict(type="int", default=1024),
+        ),
         required_one_of=[("concurrency", "points")],
         mutually_exclusive=[("concurrency", "points")],
         supports_check_mode=True,
@@ -113,8 +115,15 @@ def main():
     soft = -1 if soft == resource.RLIM_INFINITY else soft
     hard = -1 if hard == resource.RLIM_INFINITY else hard
     needed, action, message = fd_plan(concurrency, p["headroom"], soft, hard)
-    result = dict(changed=False, soft=soft, hard=hard, needed=needed, action=action, concurrency=concurrency,
-                  msg="%s (%s)" % (message, how))
+    result = dict(
+        changed=False,
+        soft=soft,
+        hard=hard,
+        needed=needed,
+        action=action,
+        concurrency=concurrency,
+        msg="%s (%s)" % (message, how),
+    )
     if action == "refuse":
         module.fail_json(**result)
     module.exit_json(**result)

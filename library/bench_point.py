@@ -239,8 +239,18 @@ import time
 import urllib.request as urllib_request
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bench_results import (API_KEY_ENV, aiperf_config, client_load, counter_delta, counters,
-                                                cpu_times, fd_plan, read_records, summarize, validity)
+from ansible.module_utils.bench_results import (
+    API_KEY_ENV,
+    aiperf_config,
+    client_load,
+    counter_delta,
+    counters,
+    cpu_times,
+    fd_plan,
+    read_records,
+    summarize,
+    validity,
+)
 
 # aiperf's start-up (services, tokenizer, prompts) and shutdown, beyond the point itself.
 STARTUP_MARGIN_S = 180
@@ -300,36 +310,63 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    settings = {"url": p["url"], "concurrency": p["concurrency"], "requests": p["requests"],
-                "duration_s": p["duration"] if not p["requests"] else None, "isl": p["isl"], "osl": p["osl"],
-                "workers": max(1, min(p["workers"], p["concurrency"])), "timeout_s": p["timeout"],
-                "output_token_count": "usage" + (", re-tokenized beside" if p["retokenize"] else "")}
+    settings = {
+        "url": p["url"],
+        "concurrency": p["concurrency"],
+        "requests": p["requests"],
+        "duration_s": p["duration"] if not p["requests"] else None,
+        "isl": p["isl"],
+        "osl": p["osl"],
+        "workers": max(1, min(p["workers"], p["concurrency"])),
+        "timeout_s": p["timeout"],
+        "output_token_count": "usage" + (", re-tokenized beside" if p["retokenize"] else ""),
+    }
     result = dict(changed=False, label=p["label"], settings=settings, measured=False)
     result.update(p["extra"])
     if module.check_mode:
-        module.exit_json(msg="check mode: bench point %s measures nothing (no load, no counters read)" % p["label"],
-                         **result)
+        module.exit_json(
+            msg="check mode: bench point %s measures nothing (no load, no counters read)" % p["label"], **result
+        )
     if p["concurrency"] < 1:
         module.fail_json(msg="concurrency must be at least 1, got %d" % p["concurrency"], **result)
     if p["requests"] < 0 or (not p["requests"] and p["duration"] <= 0):
         module.fail_json(msg="give requests > 0, or duration > 0 seconds", **result)
     if not os.access(p["aiperf"], os.X_OK):
-        module.fail_json(msg="no aiperf at %s. Fix: make bench-setup (or run the bench role with "
-                             "bench_install_venv: true), which installs requirements-bench.txt" % p["aiperf"], **result)
+        module.fail_json(
+            msg="no aiperf at %s. Fix: make bench-setup (or run the bench role with "
+            "bench_install_venv: true), which installs requirements-bench.txt" % p["aiperf"],
+            **result,
+        )
     if not os.path.isfile(os.path.join(p["tokenizer"], "tokenizer.json")):
-        module.fail_json(msg="no tokenizer.json in %s: the load generator needs the model's tokenizer on the "
-                             "controller. Fix: set bench_tokenizer to a directory with the model's tokenizer "
-                             "files" % p["tokenizer"], **result)
+        module.fail_json(
+            msg="no tokenizer.json in %s: the load generator needs the model's tokenizer on the "
+            "controller. Fix: set bench_tokenizer to a directory with the model's tokenizer "
+            "files" % p["tokenizer"],
+            **result,
+        )
     timeout_bin = module.get_bin_path("timeout", required=True)
     limits = raise_fd_limit(module, p["concurrency"], p["fd_headroom"])
 
     art = os.path.abspath(p["artifact_dir"])
     if not os.path.isdir(art):
         os.makedirs(art)
-    cfg = aiperf_config(p["url"].rstrip("/"), p["model"], p["tokenizer"], p["concurrency"], p["isl"], p["osl"],
-                        art, requests=p["requests"], duration=p["duration"], grace=p["timeout"],
-                        timeout=p["timeout"], workers=p["workers"], api_key=bool(p["api_key"]), corpus=p["corpus"],
-                        retokenize=p["retokenize"])
+    cfg = aiperf_config(
+        p["url"].rstrip("/"),
+        p["model"],
+        p["tokenizer"],
+        p["concurrency"],
+        p["isl"],
+        p["osl"],
+        art,
+        requests=p["requests"],
+        duration=p["duration"],
+        grace=p["timeout"],
+        timeout=p["timeout"],
+        workers=p["workers"],
+        api_key=bool(p["api_key"]),
+        corpus=p["corpus"],
+        retokenize=p["retokenize"],
+    )
     cfg_path = os.path.join(art, "aiperf-config.yaml")
     with open(cfg_path, "w") as fh:
         json.dump(cfg, fh, indent=1)
@@ -337,19 +374,30 @@ def main():
     # then covers every token the servers count.
     budget = (p["duration"] if not p["requests"] else 0) + 2 * p["timeout"] + STARTUP_MARGIN_S
     scratch = tempfile.mkdtemp(prefix="kf-aiperf-")
-    env = {"HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "NO_COLOR": "1",
-           "TERM": "dumb", "COLUMNS": "160", "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
-           # aiperf leaves its shared-memory directories in the temporary directory: a short
-           # one of its own (its IPC socket paths must stay short), removed after the point.
-           "TMPDIR": scratch, "AIPERF_DATASET_MMAP_BASE_PATH": scratch}
+    env = {
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        "NO_COLOR": "1",
+        "TERM": "dumb",
+        "COLUMNS": "160",
+        "PYTHONUNBUFFERED": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        # aiperf leaves its shared-memory directories in the temporary directory: a short
+        # one of its own (its IPC socket paths must stay short), removed after the point.
+        "TMPDIR": scratch,
+        "AIPERF_DATASET_MMAP_BASE_PATH": scratch,
+    }
     if p["api_key"]:
         env[API_KEY_ENV] = p["api_key"]
 
     before = snapshot(p["metrics"], p["metrics_timeout"])
     machine0, usage0, t0 = cpu_times(), resource.getrusage(resource.RUSAGE_CHILDREN), time.time()
     try:
-        rc, out, err = module.run_command([timeout_bin, "--kill-after=30", str(int(budget)), p["aiperf"], "profile",
-                                           "--config", cfg_path], environ_update=env, cwd=art)
+        rc, out, err = module.run_command(
+            [timeout_bin, "--kill-after=30", str(int(budget)), p["aiperf"], "profile", "--config", cfg_path],
+            environ_update=env,
+            cwd=art,
+        )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     wall = time.time() - t0
@@ -373,16 +421,20 @@ def main():
             unreadable.append(t["host"])
         else:
             total += delta["generation_tokens"]
-            prompt_total = None if prompt_total is None or delta["prompt_tokens"] is None else (
-                prompt_total + delta["prompt_tokens"])
+            prompt_total = (
+                None
+                if prompt_total is None or delta["prompt_tokens"] is None
+                else (prompt_total + delta["prompt_tokens"])
+            )
     server_tokens = None if unreadable or not p["metrics"] else total
     server_prompt = None if server_tokens is None else prompt_total
     check = validity(client, server_tokens, server_prompt, p["tolerance_pct"])
     why = check["validity"]
     if unreadable:
         why = "the counters of %s could not be read before and after the point (%s)" % (
-            ", ".join(unreadable), "; ".join("%s: %s" % (h, servers[h].get("error", "counter reset"))
-                                            for h in unreadable))
+            ", ".join(unreadable),
+            "; ".join("%s: %s" % (h, servers[h].get("error", "counter reset")) for h in unreadable),
+        )
     cpu = (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime)
     load = client_load(cpu, wall, os.cpu_count() or 1, machine0, machine1)
     tail = []
@@ -390,10 +442,19 @@ def main():
         tail = [line for line in (out + "\n" + err).splitlines() if line.strip()][-15:]
         if rc in (124, 137):
             tail.append("aiperf was stopped after %d s (the point's time budget)" % int(budget))
-    result.update(measured=True, client=client, servers=servers, server_output_tokens=server_tokens,
-                  server_prompt_tokens=server_prompt, valid=check["valid"], validity=why,
-                  **dict((k, None if check[k] is None else round(check[k], 3))
-                         for k in ("diff_pct", "prompt_diff_pct", "retokenized_diff_pct")))
+    result.update(
+        measured=True,
+        client=client,
+        servers=servers,
+        server_output_tokens=server_tokens,
+        server_prompt_tokens=server_prompt,
+        valid=check["valid"],
+        validity=why,
+        **dict(
+            (k, None if check[k] is None else round(check[k], 3))
+            for k in ("diff_pct", "prompt_diff_pct", "retokenized_diff_pct")
+        ),
+    )
     result.update(load_generator=load, aiperf_rc=rc, aiperf_tail=tail, fd_limit=limits, artifact_dir=art)
     module.exit_json(**result)
 

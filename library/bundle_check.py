@@ -126,15 +126,26 @@ def main():
     params = module.params
     sums = {}
     identities = {}
-    found = check(params["bundle_dir"], params["pins"], params["index"], artifacts=params["artifacts"],
-                  required=params["required"], cache_path=params["cache_file"], only_required=params["only_required"],
-                  index_all=params["index_all"], sums_out=sums, identities_out=identities)
+    found = check(
+        params["bundle_dir"],
+        params["pins"],
+        params["index"],
+        artifacts=params["artifacts"],
+        required=params["required"],
+        cache_path=params["cache_file"],
+        only_required=params["only_required"],
+        index_all=params["index_all"],
+        sums_out=sums,
+        identities_out=identities,
+    )
     problems = [{"path": p, "state": s, "fix": f} for p, s, f in found]
     if problems:
         # Callers run it on the controller before any host is touched.
-        module.fail_json(msg="The offline bundle %s is not usable; nothing was changed:\n- %s" % (
-            module.params["bundle_dir"], "\n- ".join("%(path)s: %(state)s. Fix: %(fix)s" % p for p in problems)),
-            problems=problems)
+        module.fail_json(
+            msg="The offline bundle %s is not usable; nothing was changed:\n- %s"
+            % (module.params["bundle_dir"], "\n- ".join("%(path)s: %(state)s. Fix: %(fix)s" % p for p in problems)),
+            problems=problems,
+        )
     module.exit_json(changed=False, problems=[], sums=sums, identities=identities)
 
 

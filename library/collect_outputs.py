@@ -105,8 +105,9 @@ _NOT_A_SERIAL = re.compile(r"(?i)^(?:n/?a|none|null|unknown|\[?not supported\]?|
 _MAC = re.compile(r"(?i)(?<![0-9a-f:-])(?:[0-9a-f]{2}([:-]))(?:[0-9a-f]{2}\1){4}[0-9a-f]{2}(?![0-9a-f:-])")
 _IPV4 = re.compile(r"(?<![\d.])(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)(?!\.?\d)")
 _H = r"[0-9a-f]{1,4}"
-_IPV6 = re.compile(r"(?i)(?<![\w:.])(?:(?:%s:){7}%s|(?:%s(?::%s){0,6})?::(?:%s(?::%s){0,6})?)(?![\w:])"
-                   % (_H, _H, _H, _H, _H, _H))
+_IPV6 = re.compile(
+    r"(?i)(?<![\w:.])(?:(?:%s:){7}%s|(?:%s(?::%s){0,6})?::(?:%s(?::%s){0,6})?)(?![\w:])" % (_H, _H, _H, _H, _H, _H)
+)
 _VERSION_BEFORE = re.compile(r"(?i)version[^0-9\n]{0,60}$")
 _URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s:\"']+:[^/@\s\"']+@")
 _KEPT_IPV4 = re.compile(r"^(?:127\.|0\.0\.0\.0$|255\.|192\.0\.2\.|198\.51\.100\.|203\.0\.113\.)")
@@ -160,13 +161,17 @@ class Masker(object):
 
         def ipv6(m):
             value = m.group(0)
-            if value in ("::", "::1") or value.lower().startswith("2001:db8:") or not re.search(r"[0-9a-f]", value, re.I):
+            if (
+                value in ("::", "::1")
+                or value.lower().startswith("2001:db8:")
+                or not re.search(r"[0-9a-f]", value, re.I)
+            ):
                 return value
             return self._placeholder("ipv6", value)
 
         def ipv4(m):
             value = m.group(0)
-            if _KEPT_IPV4.match(value) or _VERSION_BEFORE.search(m.string[max(0, m.start() - 80):m.start()]):
+            if _KEPT_IPV4.match(value) or _VERSION_BEFORE.search(m.string[max(0, m.start() - 80) : m.start()]):
                 return value
             return self._placeholder("ipv4", value)
 
@@ -251,31 +256,53 @@ def gather(module, proc_dir="/proc", etc_dir="/etc"):
     outputs = []
     smi = find_xpu_smi(module)
     for name, args in (("xpu-smi.txt", []), ("xpu-smi-q.txt", ["-q"]), ("xpu-smi-L.txt", ["-L"])):
-        outputs.append(c.run(name, "xpu-smi", args, tool_path=smi or None) if smi else
-                       dict(_entry(name, " ".join(["xpu-smi"] + args)), missing=True,
-                            reason="xpu-smi is not installed (not on PATH, not in /usr/local/bin)"))
+        outputs.append(
+            c.run(name, "xpu-smi", args, tool_path=smi or None)
+            if smi
+            else dict(
+                _entry(name, " ".join(["xpu-smi"] + args)),
+                missing=True,
+                reason="xpu-smi is not installed (not on PATH, not in /usr/local/bin)",
+            )
+        )
     outputs.append(c.run("lspci-Dn.txt", "lspci", ["-Dn"]))
     outputs.append(c.run("lsmod.txt", "lsmod", []))
     outputs.append(read_file("proc_modules.txt", os.path.join(proc_dir, "modules")))
     outputs.append(read_file("proc_kunlun_version.txt", os.path.join(proc_dir, "kunlun", "version")))
-    states = sorted(glob.glob(os.path.join(proc_dir, "xpu", "dev*", "state")),
-                    key=lambda p: [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", p)])
+    states = sorted(
+        glob.glob(os.path.join(proc_dir, "xpu", "dev*", "state")),
+        key=lambda p: [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", p)],
+    )
     if states:
         for path in states:
             outputs.append(read_file("proc_xpu_%s_state.txt" % os.path.basename(os.path.dirname(path)), path))
     else:
-        outputs.append(dict(_entry("proc_xpu_devN_state.txt", "cat %s" % os.path.join(proc_dir, "xpu/dev*/state")),
-                            missing=True, reason="no %s" % os.path.join(proc_dir, "xpu/dev*/state")))
+        outputs.append(
+            dict(
+                _entry("proc_xpu_devN_state.txt", "cat %s" % os.path.join(proc_dir, "xpu/dev*/state")),
+                missing=True,
+                reason="no %s" % os.path.join(proc_dir, "xpu/dev*/state"),
+            )
+        )
     mount_point = module.params["mount_point"]
-    findmnt = c.run("findmnt.json", "findmnt", ["-J", "--output", "SOURCE,FSTYPE,OPTIONS", "--mountpoint",
-                                                mount_point], env=c_locale)
+    findmnt = c.run(
+        "findmnt.json",
+        "findmnt",
+        ["-J", "--output", "SOURCE,FSTYPE,OPTIONS", "--mountpoint", mount_point],
+        env=c_locale,
+    )
     outputs.append(findmnt)
     source = parse_findmnt_source(findmnt["stdout"]) if findmnt["rc"] == 0 else ""
     if source.startswith("/dev/"):
         outputs.append(c.run("blkid.txt", "blkid", ["-p", "-o", "export", source], env=c_locale))
     else:
-        outputs.append(dict(_entry("blkid.txt", "blkid -p -o export <the device at %s>" % mount_point), missing=True,
-                            reason="no block device mounted at %s (findmnt: %s)" % (mount_point, source or "nothing")))
+        outputs.append(
+            dict(
+                _entry("blkid.txt", "blkid -p -o export <the device at %s>" % mount_point),
+                missing=True,
+                reason="no block device mounted at %s (findmnt: %s)" % (mount_point, source or "nothing"),
+            )
+        )
     outputs.append(c.run("lsblk.txt", "lsblk", ["--noheadings", "--raw", "--output", "NAME,TYPE"]))
     outputs.append(c.run("docker-info.json", "docker", ["info", "--format", "{{json .}}"]))
     outputs.append(read_file("os-release.txt", os.path.join(etc_dir, "os-release")))

@@ -145,8 +145,15 @@ def classify(entry, vg_name):
 
 
 def read_disk(reader, path, vg_name):
-    entry = {"path": path, "exists": os.path.exists(path), "block": False, "size_bytes": 0,
-             "signatures": [], "partitions": [], "vg": None}
+    entry = {
+        "path": path,
+        "exists": os.path.exists(path),
+        "block": False,
+        "size_bytes": 0,
+        "signatures": [],
+        "partitions": [],
+        "vg": None,
+    }
     if entry["exists"]:
         entry["block"] = stat.S_ISBLK(os.stat(path).st_mode)
     if entry["block"]:

@@ -86,8 +86,10 @@ def deb_fields(module, dpkg_deb, path):
     rc, out, err = run(module, [dpkg_deb, "--show", "--showformat", "${Package}\t${Version}\t${Architecture}\n", path])
     parts = out.strip().split("\t")
     if rc != 0 or len(parts) != 3 or not all(parts):
-        module.fail_json(msg="%s is not a readable .deb (%s); nothing was changed. Fix: replace it in the "
-                             "bundle's debs/ with the file apt-get download gives." % (path, (err or out).strip()))
+        module.fail_json(
+            msg="%s is not a readable .deb (%s); nothing was changed. Fix: replace it in the "
+            "bundle's debs/ with the file apt-get download gives." % (path, (err or out).strip())
+        )
     return parts
 
 
@@ -95,8 +97,9 @@ def installed_versions(module, dpkg_query, names):
     """{package: installed version} for the names dpkg has installed."""
     if not names:
         return {}
-    rc, out, err = run(module, [dpkg_query, "--show", "--showformat", "${Package}\t${Version}\t${db:Status-Status}\n"]
-                       + sorted(names))
+    rc, out, err = run(
+        module, [dpkg_query, "--show", "--showformat", "${Package}\t${Version}\t${db:Status-Status}\n"] + sorted(names)
+    )
     # 1: some package is unknown to dpkg (never installed), which is what this asks.
     if rc not in (0, 1):
         module.fail_json(msg="dpkg-query failed: %s" % err.strip())
@@ -125,8 +128,16 @@ def plan(module, debs, packages):
     entries = []
     for path in debs:
         package, version, deb_arch = deb_fields(module, dpkg_deb, path)
-        entries.append({"file": path, "package": package, "version": version, "architecture": deb_arch,
-                        "installed": "", "action": ""})
+        entries.append(
+            {
+                "file": path,
+                "package": package,
+                "version": version,
+                "architecture": deb_arch,
+                "installed": "",
+                "action": "",
+            }
+        )
     installed = installed_versions(module, dpkg_query, set(e["package"] for e in entries) | set(packages))
     best = {}
     for e in entries:
@@ -150,9 +161,12 @@ def plan(module, debs, packages):
             e["action"] = "current"
         else:
             e["action"] = "newer-installed"
-    return {"debs": entries, "architecture": arch,
-            "install": [e["file"] for e in entries if e["action"] in ("install", "upgrade")],
-            "missing": [p for p in packages if p not in installed]}
+    return {
+        "debs": entries,
+        "architecture": arch,
+        "install": [e["file"] for e in entries if e["action"] in ("install", "upgrade")],
+        "missing": [p for p in packages if p not in installed],
+    }
 
 
 def main():

@@ -177,8 +177,9 @@ def merge(current, settings, extra, data_root):
     opts = current.get("exec-opts", [])
     opts = opts if isinstance(opts, list) else [opts]
     merged["data-root"] = data_root
-    merged["exec-opts"] = ([o for o in opts if not (isinstance(o, str) and CGROUP_DRIVER.match(o))]
-                           + list(settings.get("exec-opts") or []))
+    merged["exec-opts"] = [o for o in opts if not (isinstance(o, str) and CGROUP_DRIVER.match(o))] + list(
+        settings.get("exec-opts") or []
+    )
     return merged
 
 
@@ -232,20 +233,32 @@ def running_engine(module, timeout):
 
 
 def read_drivers(module, old_root, timeout):
-    seen = {"read": True, "on_disk": drivers_on_disk(old_root), "running": "", "running_root": "",
-            "running_images": 0, "running_containers": 0}
+    seen = {
+        "read": True,
+        "on_disk": drivers_on_disk(old_root),
+        "running": "",
+        "running_root": "",
+        "running_images": 0,
+        "running_containers": 0,
+    }
     info = running_engine(module, timeout)
     if info.get("Driver"):
-        seen.update(running=info["Driver"], running_root=info.get("DockerRootDir") or "",
-                    running_images=int(info.get("Images") or 0),
-                    running_containers=int(info.get("Containers") or 0))
+        seen.update(
+            running=info["Driver"],
+            running_root=info.get("DockerRootDir") or "",
+            running_images=int(info.get("Images") or 0),
+            running_containers=int(info.get("Containers") or 0),
+        )
     return seen
 
 
 def old_root_drivers(seen, old_root):
     drivers = list(seen["on_disk"])
-    if (seen["running"] and seen["running_root"].rstrip("/") == old_root.rstrip("/")
-            and seen["running_images"] + seen["running_containers"] > 0):
+    if (
+        seen["running"]
+        and seen["running_root"].rstrip("/") == old_root.rstrip("/")
+        and seen["running_images"] + seen["running_containers"] > 0
+    ):
         drivers.append(seen["running"])
     unique = []
     for drv in drivers:
@@ -265,15 +278,29 @@ def read(module, daemon_json, data_root, settings, extra, timeout=30):
         try:
             content = has_content(old_root)
         except (IOError, OSError) as exc:
-            module.fail_json(msg="the engine's data-root in use %s cannot be read (%s); nothing was changed. "
-                                 "Fix: make it a readable directory, or point data-root in %s at the right one."
-                                 % (old_root, exc.strerror or exc, daemon_json))
-    seen = {"read": False, "on_disk": [], "running": "", "running_root": "", "running_images": 0,
-            "running_containers": 0}
+            module.fail_json(
+                msg="the engine's data-root in use %s cannot be read (%s); nothing was changed. "
+                "Fix: make it a readable directory, or point data-root in %s at the right one."
+                % (old_root, exc.strerror or exc, daemon_json)
+            )
+    seen = {
+        "read": False,
+        "on_disk": [],
+        "running": "",
+        "running_root": "",
+        "running_images": 0,
+        "running_containers": 0,
+    }
     if "storage-driver" in merged:
         seen = read_drivers(module, old_root, timeout)
-    return {"daemon_json": found, "merged": merged, "old_root": old_root, "old_root_content": content,
-            "drivers": seen, "old_root_drivers": old_root_drivers(seen, old_root)}
+    return {
+        "daemon_json": found,
+        "merged": merged,
+        "old_root": old_root,
+        "old_root_content": content,
+        "drivers": seen,
+        "old_root_drivers": old_root_drivers(seen, old_root),
+    }
 
 
 def main():
@@ -288,8 +315,12 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    module.exit_json(changed=False, **read(module, p["daemon_json"], p["data_root"], p["settings"] or {},
-                                           p["extra"] or {}, p["docker_info_timeout"]))
+    module.exit_json(
+        changed=False,
+        **read(
+            module, p["daemon_json"], p["data_root"], p["settings"] or {}, p["extra"] or {}, p["docker_info_timeout"]
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -169,9 +169,27 @@ UPTIME = "/proc/uptime"
 UNIT_DIR = "/etc/systemd/system"
 
 # docker run options that take no value (every other option takes one, unless written --opt=value).
-DOCKER_FLAGS = frozenset(["--rm", "--init", "--privileged", "--read-only", "-d", "--detach", "-i", "--interactive",
-                          "-t", "--tty", "-it", "-ti", "--no-healthcheck", "--oom-kill-disable", "-P",
-                          "--publish-all", "--sig-proxy"])
+DOCKER_FLAGS = frozenset(
+    [
+        "--rm",
+        "--init",
+        "--privileged",
+        "--read-only",
+        "-d",
+        "--detach",
+        "-i",
+        "--interactive",
+        "-t",
+        "--tty",
+        "-it",
+        "-ti",
+        "--no-healthcheck",
+        "--oom-kill-disable",
+        "-P",
+        "--publish-all",
+        "--sig-proxy",
+    ]
+)
 
 
 def unreadable(exc):
@@ -239,8 +257,16 @@ def parse_mountinfo(text, mount_point):
 
 
 def read_volume(mount_point, mountinfo=MOUNTINFO, statvfs=os.statvfs):
-    found = {"mount_point": mount_point, "mounted": False, "source": None, "fstype": None,
-             "size_bytes": None, "free_bytes": None, "free_pct": None, "error": ""}
+    found = {
+        "mount_point": mount_point,
+        "mounted": False,
+        "source": None,
+        "fstype": None,
+        "size_bytes": None,
+        "free_bytes": None,
+        "free_pct": None,
+        "error": "",
+    }
     try:
         with open(mountinfo) as fh:
             top = parse_mountinfo(fh.read(), mount_point)
@@ -270,9 +296,20 @@ def _int(value):
 
 
 def read_driver(path, expected=None, full_power=None):
-    found = {"facts_file": path, "state": "absent", "version": None, "pin": None, "devices": None,
-             "devices_ok": None, "expected": expected, "bad_devices": [], "power_caps_w": [], "low_power": [],
-             "power_ok": None, "error": ""}
+    found = {
+        "facts_file": path,
+        "state": "absent",
+        "version": None,
+        "pin": None,
+        "devices": None,
+        "devices_ok": None,
+        "expected": expected,
+        "bad_devices": [],
+        "power_caps_w": [],
+        "low_power": [],
+        "power_ok": None,
+        "error": "",
+    }
     if not os.path.lexists(path):
         found["error"] = "no driver facts (%s is missing: the driver stage has not completed here)" % path
         return found
@@ -291,16 +328,23 @@ def read_driver(path, expected=None, full_power=None):
     devices = facts.get("devices") if isinstance(facts.get("devices"), list) else []
     devices = [d for d in devices if isinstance(d, dict)]
     caps = [_int(d.get("power_cap_w")) for d in devices]
-    found.update(state="present", version=facts.get("driver"), pin=facts.get("pin"), devices=len(devices),
-                 devices_ok=sum(1 for d in devices if d.get("state") == "ok"),
-                 bad_devices=[d.get("index", i) for i, d in enumerate(devices) if d.get("state") != "ok"],
-                 power_caps_w=caps)
+    found.update(
+        state="present",
+        version=facts.get("driver"),
+        pin=facts.get("pin"),
+        devices=len(devices),
+        devices_ok=sum(1 for d in devices if d.get("state") == "ok"),
+        bad_devices=[d.get("index", i) for i, d in enumerate(devices) if d.get("state") != "ok"],
+        power_caps_w=caps,
+    )
     if full_power:
-        found["low_power"] = [d.get("index", i) for i, (d, cap) in enumerate(zip(devices, caps))
-                              if cap is not None and cap < full_power]
+        found["low_power"] = [
+            d.get("index", i) for i, (d, cap) in enumerate(zip(devices, caps)) if cap is not None and cap < full_power
+        ]
         known = [cap for cap in caps if cap is not None]
-        found["power_ok"] = (not found["low_power"]) if known and len(known) == len(caps) else (
-            False if found["low_power"] else None)
+        found["power_ok"] = (
+            (not found["low_power"]) if known and len(known) == len(caps) else (False if found["low_power"] else None)
+        )
     return found
 
 
@@ -311,7 +355,7 @@ def unit_exec_start(text):
     for line in joined.splitlines():
         line = line.strip()
         if line.startswith("ExecStart="):
-            value = line[len("ExecStart="):].lstrip("-@+!:")
+            value = line[len("ExecStart=") :].lstrip("-@+!:")
             try:
                 return shlex.split(value)
             except ValueError:
@@ -323,12 +367,12 @@ def parse_docker_run(argv):
     """{image, args} of a `docker run` command line (image None when it is not one)."""
     if "run" not in argv[:3]:
         return {"image": None, "args": []}
-    rest = argv[argv.index("run") + 1:]
+    rest = argv[argv.index("run") + 1 :]
     i = 0
     while i < len(rest):
         token = rest[i]
         if not token.startswith("-"):
-            return {"image": token, "args": rest[i + 1:]}
+            return {"image": token, "args": rest[i + 1 :]}
         i += 1 if (token in DOCKER_FLAGS or "=" in token) else 2
     return {"image": None, "args": []}
 
@@ -359,8 +403,11 @@ def read_unit(path):
     if not run["image"]:
         found["error"] = "unreadable: %s's ExecStart is not a docker run" % path
         return found
-    found.update(image=run["image"], model=flag_value(run["args"], "--served-model-name"),
-                 port=_int(flag_value(run["args"], "--port")))
+    found.update(
+        image=run["image"],
+        model=flag_value(run["args"], "--served-model-name"),
+        port=_int(flag_value(run["args"], "--port")),
+    )
     return found
 
 
@@ -401,8 +448,9 @@ def read_service(module, service, timeout, uptime=UPTIME):
         found["error"] = "unreadable: no systemctl on the host"
         return found
     props = "LoadState,ActiveState,SubState,ActiveEnterTimestamp,ActiveEnterTimestampMonotonic"
-    rc, out, err = module.run_command(_limited(module, [systemctl, "show", unit, "--property", props], timeout),
-                                      environ_update={"LC_ALL": "C"})
+    rc, out, err = module.run_command(
+        _limited(module, [systemctl, "show", unit, "--property", props], timeout), environ_update={"LC_ALL": "C"}
+    )
     if rc != 0:
         found["error"] = "unreadable: systemctl show %s: %s" % (unit, _said(rc, out, err, timeout))
         return found
@@ -410,8 +458,11 @@ def read_service(module, service, timeout, uptime=UPTIME):
     if show.get("LoadState") == "not-found":
         found.update(active="not-found", sub="dead")
         return found
-    found.update(active=show.get("ActiveState") or None, sub=show.get("SubState") or None,
-                 since=show.get("ActiveEnterTimestamp") or None)
+    found.update(
+        active=show.get("ActiveState") or None,
+        sub=show.get("SubState") or None,
+        since=show.get("ActiveEnterTimestamp") or None,
+    )
     mono = _int(show.get("ActiveEnterTimestampMonotonic"))
     if found["active"] == "active" and mono:
         try:
@@ -443,6 +494,7 @@ def parse_docker_images(text):
 
 def judge_image(found, tags, current_tag, previous_tag):
     """Fills runs_id, runs_tags and state from what was read."""
+
     def resolve(ref):
         if not ref or ref.startswith("sha256:"):
             return ref
@@ -469,22 +521,34 @@ def judge_image(found, tags, current_tag, previous_tag):
 
 def read_image(module, ref, previous_tag, service, unit_image, pinned, timeout):
     repo, current_tag = split_ref(ref)
-    found = {"ref": ref, "current_id": None, "previous_id": None, "unit_id": unit_image, "pinned_id": pinned,
-             "running_id": None, "container": None, "runs_id": None, "runs_tags": [], "state": "unknown",
-             "error": ""}
+    found = {
+        "ref": ref,
+        "current_id": None,
+        "previous_id": None,
+        "unit_id": unit_image,
+        "pinned_id": pinned,
+        "running_id": None,
+        "container": None,
+        "runs_id": None,
+        "runs_tags": [],
+        "state": "unknown",
+        "error": "",
+    }
     tags = {}
     docker = module.get_bin_path("docker")
     if not docker:
         found["error"] = "unreadable: no docker on the host"
         return judge_image(found, tags, current_tag, previous_tag)
     rc, out, err = module.run_command(
-        _limited(module, [docker, "images", "--no-trunc", "--format", "{{.Tag}} {{.ID}}", repo], timeout))
+        _limited(module, [docker, "images", "--no-trunc", "--format", "{{.Tag}} {{.ID}}", repo], timeout)
+    )
     if rc != 0:
         found["error"] = "unreadable: docker images %s: %s" % (repo, _said(rc, out, err, timeout))
         return judge_image(found, tags, current_tag, previous_tag)
     tags = parse_docker_images(out)
-    rc, out, err = module.run_command(_limited(module, [docker, "container", "inspect", "--format",
-                                                        "{{.Image}} {{.State.Status}}", service], timeout))
+    rc, out, err = module.run_command(
+        _limited(module, [docker, "container", "inspect", "--format", "{{.Image}} {{.State.Status}}", service], timeout)
+    )
     if rc == 0 and len(out.split()) >= 2:
         found["running_id"], found["container"] = out.split()[:2]
     elif rc == 124:
@@ -525,8 +589,10 @@ def read_requests(port, timeout, opener=None):
     running, waiting = parse_metrics(text)
     if running is None and waiting is None:
         found["error"] = "unreadable: %s has no vllm:num_requests_running / _waiting" % url
-    found.update(requests_running=None if running is None else int(running),
-                 requests_waiting=None if waiting is None else int(waiting))
+    found.update(
+        requests_running=None if running is None else int(running),
+        requests_waiting=None if waiting is None else int(waiting),
+    )
     return found
 
 
@@ -543,30 +609,75 @@ def read(module, p, os_release=OS_RELEASE, mountinfo=MOUNTINFO, uptime=UPTIME):
     unit_file = p["unit_file"] or os.path.join(UNIT_DIR, "%s.service" % p["service"])
     out = {
         "os": _guard(read_os, {"pretty_name": None, "kernel": None}, os_release),
-        "volume": _guard(read_volume, {"mount_point": p["mount_point"], "mounted": False, "source": None,
-                                       "fstype": None, "size_bytes": None, "free_bytes": None, "free_pct": None},
-                         p["mount_point"], mountinfo),
-        "driver": _guard(read_driver, {"facts_file": p["facts_file"], "state": "unreadable", "devices": None,
-                                       "devices_ok": None, "expected": p["expected_devices"], "power_ok": None},
-                         p["facts_file"], p["expected_devices"], p["full_power_cap_w"]),
-        "service": _guard(read_service, {"unit": "%s.service" % p["service"], "active": None},
-                          module, p["service"], p["command_timeout"], uptime),
+        "volume": _guard(
+            read_volume,
+            {
+                "mount_point": p["mount_point"],
+                "mounted": False,
+                "source": None,
+                "fstype": None,
+                "size_bytes": None,
+                "free_bytes": None,
+                "free_pct": None,
+            },
+            p["mount_point"],
+            mountinfo,
+        ),
+        "driver": _guard(
+            read_driver,
+            {
+                "facts_file": p["facts_file"],
+                "state": "unreadable",
+                "devices": None,
+                "devices_ok": None,
+                "expected": p["expected_devices"],
+                "power_ok": None,
+            },
+            p["facts_file"],
+            p["expected_devices"],
+            p["full_power_cap_w"],
+        ),
+        "service": _guard(
+            read_service,
+            {"unit": "%s.service" % p["service"], "active": None},
+            module,
+            p["service"],
+            p["command_timeout"],
+            uptime,
+        ),
     }
     unit = _guard(read_unit, {"image": None, "model": None, "port": None}, unit_file)
-    out["image"] = _guard(read_image, {"ref": p["image"], "state": "unknown"}, module, p["image"],
-                          p["previous_tag"], p["service"], unit["image"], read_pinned(p["config_dir"]),
-                          p["command_timeout"])
+    out["image"] = _guard(
+        read_image,
+        {"ref": p["image"], "state": "unknown"},
+        module,
+        p["image"],
+        p["previous_tag"],
+        p["service"],
+        unit["image"],
+        read_pinned(p["config_dir"]),
+        p["command_timeout"],
+    )
     port = unit["port"] or p["port"]
-    serving = {"model": unit["model"], "port": port, "worker_url": p["worker_url"], "requests_running": None,
-               "requests_waiting": None, "error": unit["error"]}
+    serving = {
+        "model": unit["model"],
+        "port": port,
+        "worker_url": p["worker_url"],
+        "requests_running": None,
+        "requests_waiting": None,
+        "error": unit["error"],
+    }
     active = out["service"].get("active")
     if active == "active":
         got = _guard(read_requests, {}, port, p["metrics_timeout"])
         serving.update(requests_running=got.get("requests_running"), requests_waiting=got.get("requests_waiting"))
         serving["error"] = "; ".join(e for e in (serving["error"], got.get("error")) if e)
     else:
-        serving["error"] = "; ".join(e for e in (serving["error"], "requests not read: %s is %s" % (
-            out["service"]["unit"], active or "unknown")) if e)
+        serving["error"] = "; ".join(
+            e
+            for e in (serving["error"], "requests not read: %s is %s" % (out["service"]["unit"], active or "unknown"))
+            if e
+        )
     out["serving"] = serving
     return out
 

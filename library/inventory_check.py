@@ -84,13 +84,27 @@ import difflib
 from ansible.module_utils.basic import AnsibleModule
 
 # Set by Ansible itself or by inventory plugins; never declared by a role.
-MAGIC = frozenset((
-    "inventory_hostname", "inventory_hostname_short", "inventory_dir", "inventory_file",
-    "group_names", "groups", "hostvars", "playbook_dir", "play_hosts", "role_names", "omit",
-    "environment", "vars",
-    # Left in hostvars by fact gathering and the fact cache.
-    "gather_subset", "module_setup", "discovered_interpreter_python",
-))
+MAGIC = frozenset(
+    (
+        "inventory_hostname",
+        "inventory_hostname_short",
+        "inventory_dir",
+        "inventory_file",
+        "group_names",
+        "groups",
+        "hostvars",
+        "playbook_dir",
+        "play_hosts",
+        "role_names",
+        "omit",
+        "environment",
+        "vars",
+        # Left in hostvars by fact gathering and the fact cache.
+        "gather_subset",
+        "module_setup",
+        "discovered_interpreter_python",
+    )
+)
 TRUE_FALSE_STRINGS = frozenset(("true", "false", "yes", "no", "on", "off", "1", "0"))
 
 
@@ -118,8 +132,7 @@ def check(params):
 
     for group in params["required_groups"]:
         if not groups.get(group):
-            problems.append("group %s has no hosts: add at least one host under %s in hosts.yml"
-                            % (group, group))
+            problems.append("group %s has no hosts: add at least one host under %s in hosts.yml" % (group, group))
 
     for group, names in sorted((params["required_host_vars"] or {}).items()):
         for host in groups.get(group) or []:
@@ -128,8 +141,9 @@ def check(params):
                 # An explicit empty list is a choice (storage_data_disks: [] adopts the
                 # volume mounted at /home); only a missing or blank value is not.
                 if value is None or value == "":
-                    problems.append("host %s (group %s) does not define %s: set it in host_vars/%s.yml"
-                                    % (host, group, name, host))
+                    problems.append(
+                        "host %s (group %s) does not define %s: set it in host_vars/%s.yml" % (host, group, name, host)
+                    )
 
     by_address = {}
     for host in sorted(hosts):
@@ -137,8 +151,9 @@ def check(params):
         by_address.setdefault(address, []).append(host)
     for address, owners in sorted(by_address.items()):
         if len(owners) > 1:
-            problems.append("hosts %s share the address %s: give each host its own ansible_host"
-                            % (" and ".join(owners), address))
+            problems.append(
+                "hosts %s share the address %s: give each host its own ansible_host" % (" and ".join(owners), address)
+            )
 
     unknown = set()
     misspelt = {}
@@ -149,7 +164,8 @@ def check(params):
                 problems.append(
                     "%s is the string %r on host %s, not a boolean (a non-empty string counts as "
                     "true in a condition): write %s without quotes"
-                    % (name, value, host, value.lower() if value.lower() in TRUE_FALSE_STRINGS else "true or false"))
+                    % (name, value, host, value.lower() if value.lower() in TRUE_FALSE_STRINGS else "true or false")
+                )
             if is_known(name, options, extra):
                 continue
             close = difflib.get_close_matches(name, list(options), n=1, cutoff=params["similarity"])
@@ -158,8 +174,10 @@ def check(params):
             else:
                 unknown.add(name)
     for (name, known), owners in sorted(misspelt.items()):
-        problems.append("unknown variable %s (on %s): did you mean %s? Rename it in your inventory"
-                        % (name, ", ".join(owners), known))
+        problems.append(
+            "unknown variable %s (on %s): did you mean %s? Rename it in your inventory"
+            % (name, ", ".join(owners), known)
+        )
     return problems, sorted(unknown)
 
 
@@ -180,8 +198,9 @@ def main():
     for name in unknown:
         module.warn("variable %s is declared by no role; it has no effect unless your own plays use it" % name)
     if problems:
-        module.fail_json(msg="The inventory cannot be used as it is:\n- " + "\n- ".join(problems),
-                         problems=problems, unknown=unknown)
+        module.fail_json(
+            msg="The inventory cannot be used as it is:\n- " + "\n- ".join(problems), problems=problems, unknown=unknown
+        )
     module.exit_json(changed=False, problems=[], unknown=unknown)
 
 

@@ -138,8 +138,11 @@ def main():
     p = module.params
     sources = []
     for source in p["sources"]:
-        url = source.get("url") or ("http://%s:%d/%s" % (source.get("address"), p["port"], p["prefix"].strip("/"))
-                                    if source.get("address") else "")
+        url = source.get("url") or (
+            "http://%s:%d/%s" % (source.get("address"), p["port"], p["prefix"].strip("/"))
+            if source.get("address")
+            else ""
+        )
         if not source.get("name") or not url.startswith("http://"):
             module.fail_json(msg="Every source needs a name and an address or http:// url, not %r" % (source,))
         sources.append(dict(name=source["name"], url=url.rstrip("/")))
@@ -148,22 +151,46 @@ def main():
     if not sources:
         module.fail_json(msg="%d model files to fetch but no source" % len(p["files"]))
     if module.check_mode:
-        module.exit_json(changed=True, would_fetch=dict(files=sorted(p["files"]), source=sources[0]["name"]),
-                         bytes_by_source={}, failures=[], busy_waits=0)
+        module.exit_json(
+            changed=True,
+            would_fetch=dict(files=sorted(p["files"]), source=sources[0]["name"]),
+            bytes_by_source={},
+            failures=[],
+            busy_waits=0,
+        )
     try:
         uid = pwd.getpwnam(p["owner"]).pw_uid if p["owner"] else -1
         gid = grp.getgrnam(p["group"]).gr_gid if p["group"] else -1
     except KeyError as exc:
         module.fail_json(msg="Unknown owner or group for the model files: %s" % exc)
-    fetcher = Fetcher(p["dest"], p["partial_dir"], sources, timeout=p["timeout"], busy_wait=p["busy_wait"],
-                      mode=int(p["mode"], 8), uid=uid, gid=gid)
+    fetcher = Fetcher(
+        p["dest"],
+        p["partial_dir"],
+        sources,
+        timeout=p["timeout"],
+        busy_wait=p["busy_wait"],
+        mode=int(p["mode"], 8),
+        uid=uid,
+        gid=gid,
+    )
     try:
         fetcher.fetch(dict((k, str(v).lower()) for k, v in p["files"].items()))
     except FetchFailed as exc:
-        module.fail_json(msg="%s" % exc, fetched=fetcher.files, bytes_by_source=fetcher.bytes_by_source,
-                         failures=fetcher.failures, busy_waits=fetcher.busy_waits, changed=bool(fetcher.files))
-    module.exit_json(changed=True, fetched=fetcher.files, bytes_by_source=fetcher.bytes_by_source,
-                     failures=fetcher.failures, busy_waits=fetcher.busy_waits)
+        module.fail_json(
+            msg="%s" % exc,
+            fetched=fetcher.files,
+            bytes_by_source=fetcher.bytes_by_source,
+            failures=fetcher.failures,
+            busy_waits=fetcher.busy_waits,
+            changed=bool(fetcher.files),
+        )
+    module.exit_json(
+        changed=True,
+        fetched=fetcher.files,
+        bytes_by_source=fetcher.bytes_by_source,
+        failures=fetcher.failures,
+        busy_waits=fetcher.busy_waits,
+    )
 
 
 if __name__ == "__main__":

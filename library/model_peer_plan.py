@@ -115,8 +115,7 @@ def main():
         module.fail_json(msg="No verification result for %s: cannot tell what they lack" % ", ".join(absent))
     hosts = [dict(name=h, address=p["addresses"].get(h) or h, missing=int(p["missing"][h])) for h in p["hosts"]]
     try:
-        result = plan(hosts, module.params["per_source"], module.params["origin_hosts"],
-                      module.params["peers"])
+        result = plan(hosts, module.params["per_source"], module.params["origin_hosts"], module.params["peers"])
     except (ValueError, KeyError) as exc:
         module.fail_json(msg="Cannot plan the model distribution: %s" % exc)
     module.exit_json(changed=False, **result)

@@ -162,9 +162,26 @@ def main():
             if rc != 0:
                 module.fail_json(msg="systemctl stop %s.service failed: %s" % (p["unit"], (err or out).strip()))
         module.exit_json(changed=True, active=False, stats=stats)
-    server_args = ["--bind", p["address"], "--port", str(p["port"]), "--root", p["root"], "--manifest", p["manifest"],
-                   "--prefix", p["prefix"], "--allow", ",".join(p["allow"]), "--max-transfers", str(p["max_transfers"]),
-                   "--rate", str(p["rate"]), "--stats-file", stats_file]
+    server_args = [
+        "--bind",
+        p["address"],
+        "--port",
+        str(p["port"]),
+        "--root",
+        p["root"],
+        "--manifest",
+        p["manifest"],
+        "--prefix",
+        p["prefix"],
+        "--allow",
+        ",".join(p["allow"]),
+        "--max-transfers",
+        str(p["max_transfers"]),
+        "--rate",
+        str(p["rate"]),
+        "--stats-file",
+        stats_file,
+    ]
     if active:
         running = _stats(stats_file) or {}
         if running.get("argv") == server_args:
@@ -186,14 +203,27 @@ def main():
     python = module.get_bin_path("python3", required=True)
     # a unit left failed by an earlier run keeps its name: clear it first
     module.run_command([systemctl, "reset-failed", p["unit"] + ".service"])
-    argv = [systemd_run, "--unit", p["unit"], "--collect",
-            "--description", "kunlun-fleet: read-only share of the verified model for the model stage",
-            "--property", "RuntimeDirectory=%s" % p["unit"],
-            "--property", "ProtectSystem=strict",
-            "--property", "ProtectHome=read-only",
-            "--property", "PrivateTmp=yes",
-            "--property", "NoNewPrivileges=yes",
-            "--", python, p["script"]] + server_args
+    argv = [
+        systemd_run,
+        "--unit",
+        p["unit"],
+        "--collect",
+        "--description",
+        "kunlun-fleet: read-only share of the verified model for the model stage",
+        "--property",
+        "RuntimeDirectory=%s" % p["unit"],
+        "--property",
+        "ProtectSystem=strict",
+        "--property",
+        "ProtectHome=read-only",
+        "--property",
+        "PrivateTmp=yes",
+        "--property",
+        "NoNewPrivileges=yes",
+        "--",
+        python,
+        p["script"],
+    ] + server_args
     rc, out, err = module.run_command(argv)
     if rc != 0:
         module.fail_json(msg="systemd-run could not start the model share: %s" % (err or out).strip(), cmd=argv)
@@ -202,9 +232,11 @@ def main():
         if time.time() > deadline or not _active(module, systemctl, p["unit"]):
             _, journal, _ = module.run_command(["journalctl", "--no-pager", "-n", "20", "-u", p["unit"] + ".service"])
             module.run_command([systemctl, "stop", p["unit"] + ".service"])
-            module.fail_json(msg="The model share %s.service does not answer on %s:%d after %ds (port taken, or the "
-                                 "address is not this host's). Its journal:\n%s"
-                                 % (p["unit"], p["address"], p["port"], p["wait"], journal.strip()))
+            module.fail_json(
+                msg="The model share %s.service does not answer on %s:%d after %ds (port taken, or the "
+                "address is not this host's). Its journal:\n%s"
+                % (p["unit"], p["address"], p["port"], p["wait"], journal.strip())
+            )
         time.sleep(0.2)
     module.exit_json(changed=True, active=True, stats=_stats(stats_file))
 

@@ -158,12 +158,24 @@ def _walk(root):
 def verify(params, check_mode=False):
     """The verification result as a dict (no AnsibleModule needed)."""
     path = params["path"].rstrip("/") or "/"
-    result = dict(ok=True, files=0, bytes=0, hashed=0, missing=[], mismatched=[], to_copy=[], to_copy_sha256={},
-                  extra=[], problems=[])
+    result = dict(
+        ok=True,
+        files=0,
+        bytes=0,
+        hashed=0,
+        missing=[],
+        mismatched=[],
+        to_copy=[],
+        to_copy_sha256={},
+        extra=[],
+        problems=[],
+    )
     problems = []
     if params.get("directory"):
-        name_problems = check_directory_name(os.path.basename(path), {
-            "directory": params["directory"], "name": (params.get("expected") or {}).get("name")})
+        name_problems = check_directory_name(
+            os.path.basename(path),
+            {"directory": params["directory"], "name": (params.get("expected") or {}).get("name")},
+        )
         if name_problems:
             result["ok"] = False
             result["problems"] = [p.as_dict() for p in name_problems]
@@ -174,19 +186,32 @@ def verify(params, check_mode=False):
         try:
             sums = parse_manifest(params["manifest"])
         except ValueError as exc:
-            problems.append(Problem("model manifest", str(exc),
-                                    "regenerate it in the model directory: sha256sum * > ../<dir>.sha256"))
+            problems.append(
+                Problem(
+                    "model manifest", str(exc), "regenerate it in the model directory: sha256sum * > ../<dir>.sha256"
+                )
+            )
             sums = {}
         if not sums and not problems:
-            problems.append(Problem("model manifest", "lists no file", "use the model's .sha256 manifest from the bundle"))
+            problems.append(
+                Problem("model manifest", "lists no file", "use the model's .sha256 manifest from the bundle")
+            )
         unsafe = sorted(rel for rel in sums if not _listed_safely(rel))
         for rel in unsafe:
-            problems.append(Problem("model manifest", "path %r leaves the model directory" % rel,
-                                    "paths in the manifest are relative to the model directory"))
+            problems.append(
+                Problem(
+                    "model manifest",
+                    "path %r leaves the model directory" % rel,
+                    "paths in the manifest are relative to the model directory",
+                )
+            )
             sums.pop(rel)
         result["files"] = len(sums)
-        cache = _NoCache(params.get("cache_file")) if params.get("full") or not params.get("cache_file") \
+        cache = (
+            _NoCache(params.get("cache_file"))
+            if params.get("full") or not params.get("cache_file")
             else SumCache(params["cache_file"])
+        )
         before = len(cache.entries)
         for rel, want in sorted(sums.items()):
             full = os.path.join(path, rel)
@@ -209,9 +234,13 @@ def verify(params, check_mode=False):
         for rel in result["missing"]:
             problems.append(Problem("model file %s" % rel, "missing from %s" % path, "copy it from the model source"))
         for bad in result["mismatched"]:
-            problems.append(Problem("model file %s" % bad["path"], "sha256 %s, the manifest says %s"
-                                    % (bad["found"], bad["expected"]),
-                                    "copy it again from the model source (a damaged or different file)"))
+            problems.append(
+                Problem(
+                    "model file %s" % bad["path"],
+                    "sha256 %s, the manifest says %s" % (bad["found"], bad["expected"]),
+                    "copy it again from the model source (a damaged or different file)",
+                )
+            )
         result["to_copy"] = sorted(result["missing"] + [m["path"] for m in result["mismatched"]])
         result["to_copy_sha256"] = dict((rel, sums[rel]) for rel in result["to_copy"])
         config_listed_ok = CONFIG not in result["to_copy"]
@@ -220,9 +249,13 @@ def verify(params, check_mode=False):
             result["extra"] = [rel for rel in _walk(path) if rel not in listed]
             for rel in result["extra"]:
                 if rel.endswith(WEIGHT_SUFFIXES):
-                    problems.append(Problem(
-                        "model file %s" % rel, "in %s but not in the manifest: vllm would load it with the model" % path,
-                        "move it out of the model directory (it is from another model or version)"))
+                    problems.append(
+                        Problem(
+                            "model file %s" % rel,
+                            "in %s but not in the manifest: vllm would load it with the model" % path,
+                            "move it out of the model directory (it is from another model or version)",
+                        )
+                    )
     if params.get("expected") and config_listed_ok:
         problems.extend(check_model_dir(path, params["expected"]))
     result["problems"] = [p.as_dict() for p in problems]
@@ -247,8 +280,9 @@ def main():
     if result.pop("refused", False) or (module.params["fail_on_problems"] and not result["ok"]):
         lines = ["%(item)s: %(found)s. Fix: %(fix)s" % p for p in result["problems"]]
         shown = lines[:20] + (["... and %d more" % (len(lines) - 20)] if len(lines) > 20 else [])
-        module.fail_json(msg="The model in %s is not usable:\n- %s" % (module.params["path"], "\n- ".join(shown)),
-                         **result)
+        module.fail_json(
+            msg="The model in %s is not usable:\n- %s" % (module.params["path"], "\n- ".join(shown)), **result
+        )
     module.exit_json(changed=False, **result)
 
 

@@ -152,6 +152,7 @@ from ansible.module_utils.rollout_capacity import assess, describe, host_capacit
 
 def read_loads(workers, request_timeout):
     """{host: in flight} for the hosts that answer, [hosts that did not]."""
+
     def one(item):
         host, url = item
         try:
@@ -199,42 +200,75 @@ def main():
     if p["mode"] == "plan":
         verdict = assess(loads, [], capacity)
         try:
-            serial, why = plan(p["hosts"], total, p["max_unavailable"], p["batches"],
-                               None if capacity is None else verdict["can_go"])
+            serial, why = plan(
+                p["hosts"], total, p["max_unavailable"], p["batches"], None if capacity is None else verdict["can_go"]
+            )
         except ValueError as exc:
             module.fail_json(msg="serve_max_unavailable / serve_rollout_batches: %s" % exc, **out)
-        load_text = ("%d request(s) in flight on %d serving host(s); %s" % (
-            verdict["load"], verdict["serving"], note) if capacity is not None else
-            "%s: only serve_max_unavailable bounds the batches" % note)
+        load_text = (
+            "%d request(s) in flight on %d serving host(s); %s" % (verdict["load"], verdict["serving"], note)
+            if capacity is not None
+            else "%s: only serve_max_unavailable bounds the batches" % note
+        )
         hosts = p["hosts"]
-        msg = ("rollout: %d of %d host(s) need a restart (%s): %s; %s" % (
-            len(hosts), total, ", ".join(hosts), why, load_text) if hosts else
-            "rollout: no host needs a restart; every host was checked (running, ready, in the gateways)")
-        module.exit_json(serial=serial, hosts=hosts, load=verdict["load"], loads=loads, capacity_left=None, ok=True,
-                         msg=msg, **out)
+        msg = (
+            "rollout: %d of %d host(s) need a restart (%s): %s; %s"
+            % (len(hosts), total, ", ".join(hosts), why, load_text)
+            if hosts
+            else "rollout: no host needs a restart; every host was checked (running, ready, in the gateways)"
+        )
+        module.exit_json(
+            serial=serial, hosts=hosts, load=verdict["load"], loads=loads, capacity_left=None, ok=True, msg=msg, **out
+        )
 
     batch = p["hosts"]
     start = time.monotonic()
     while True:
         verdict = assess(loads, batch, capacity)
         waited = round(time.monotonic() - start, 1)
-        out.update(load=verdict["load"], loads=loads, capacity_left=verdict["capacity_left"], ok=verdict["ok"],
-                   waited=waited, not_answering=not_answering)
+        out.update(
+            load=verdict["load"],
+            loads=loads,
+            capacity_left=verdict["capacity_left"],
+            ok=verdict["ok"],
+            waited=waited,
+            not_answering=not_answering,
+        )
         if verdict["ok"]:
             action = "go" if waited == 0 else "go after waiting %.0f s for the load to fit" % waited
             module.exit_json(msg=describe(verdict, batch, capacity, note, action), **out)
         if module.check_mode:
-            module.exit_json(msg=describe(verdict, batch, capacity, note,
-                                          "would wait up to %d s for the load to fit (check mode: not waiting)"
-                                          % p["timeout"]), **out)
+            module.exit_json(
+                msg=describe(
+                    verdict,
+                    batch,
+                    capacity,
+                    note,
+                    "would wait up to %d s for the load to fit (check mode: not waiting)" % p["timeout"],
+                ),
+                **out,
+            )
         if waited >= p["timeout"]:
-            module.fail_json(msg=describe(verdict, batch, capacity, note, (
-                "still over after %.0f s (serve_capacity_timeout): the rollout stops here, this batch was not "
-                "touched and keeps serving; run again when the load is lower, give more time, or set "
-                "serve_capacity_check: false") % waited), **out)
+            module.fail_json(
+                msg=describe(
+                    verdict,
+                    batch,
+                    capacity,
+                    note,
+                    (
+                        "still over after %.0f s (serve_capacity_timeout): the rollout stops here, this batch was not "
+                        "touched and keeps serving; run again when the load is lower, give more time, or set "
+                        "serve_capacity_check: false"
+                    )
+                    % waited,
+                ),
+                **out,
+            )
         if waited == 0:
             # Said once, as the wait starts: the line an operator watching the run needs.
-            module.warn(describe(verdict, batch, capacity, note, "waiting up to %d s for the load to fit" % p["timeout"]))
+            module.warn(
+                describe(verdict, batch, capacity, note, "waiting up to %d s for the load to fit" % p["timeout"])
+            )
         time.sleep(min(p["interval"], max(0.0, p["timeout"] - waited)) or 0.1)
         loads, not_answering = read_loads(workers, p["request_timeout"])
 

@@ -268,20 +268,26 @@ class Client(object):
             resp = self._request("POST", "/v1/completions", body)
         except urllib_error.HTTPError as exc:
             _refuse_auth(exc, "POST %s" % url)
-            raise Refused("POST %s answered HTTP %d: %s" % (url, exc.code, _body_excerpt(exc)),
-                          "the model is listed but cannot generate; read the service log below "
-                          "(an engine error, out of memory, a wrong model directory)")
+            raise Refused(
+                "POST %s answered HTTP %d: %s" % (url, exc.code, _body_excerpt(exc)),
+                "the model is listed but cannot generate; read the service log below "
+                "(an engine error, out of memory, a wrong model directory)",
+            )
         except (urllib_error.URLError, OSError, http_client.HTTPException) as exc:
-            raise Refused("POST %s failed: %s" % (url, _reason(exc)),
-                          "the server listed the model and then stopped answering; read the service "
-                          "log below (it may have died while generating)")
+            raise Refused(
+                "POST %s failed: %s" % (url, _reason(exc)),
+                "the server listed the model and then stopped answering; read the service "
+                "log below (it may have died while generating)",
+            )
         try:
             if stream:
                 return self._read_stream(resp, url, start, clock)
             raw = resp.read()
         except (OSError, ValueError, http_client.HTTPException) as exc:
-            raise Refused("POST %s broke off while reading the answer: %s" % (url, _reason(exc)),
-                          "read the service log below (the engine may have died while generating)")
+            raise Refused(
+                "POST %s broke off while reading the answer: %s" % (url, _reason(exc)),
+                "read the service log below (the engine may have died while generating)",
+            )
         finally:
             resp.close()
         end = clock()
@@ -289,8 +295,10 @@ class Client(object):
             doc = json.loads(raw.decode("utf-8"))
             text = "".join(str(c.get("text") or "") for c in doc.get("choices") or [])
         except (ValueError, AttributeError, UnicodeDecodeError):
-            raise Refused("POST %s returned something that is not a completion: %r" % (url, raw[:200]),
-                          "check that the URL is vllm's OpenAI-compatible server")
+            raise Refused(
+                "POST %s returned something that is not a completion: %r" % (url, raw[:200]),
+                "check that the URL is vllm's OpenAI-compatible server",
+            )
         tokens = _usage_tokens(doc)
         rate = tokens / (end - start) if tokens and end > start else None
         return text, tokens, None, rate, end - start
@@ -313,11 +321,15 @@ class Client(object):
             try:
                 doc = json.loads(payload.decode("utf-8"))
             except (ValueError, UnicodeDecodeError):
-                raise Refused("POST %s streamed a chunk that is not JSON: %r" % (url, payload[:200]),
-                              "check that the URL is vllm's OpenAI-compatible server")
+                raise Refused(
+                    "POST %s streamed a chunk that is not JSON: %r" % (url, payload[:200]),
+                    "check that the URL is vllm's OpenAI-compatible server",
+                )
             if isinstance(doc.get("error"), dict):
-                raise Refused("POST %s streamed an error: %s" % (url, doc["error"].get("message")),
-                              "the engine failed while generating; read the service log below")
+                raise Refused(
+                    "POST %s streamed an error: %s" % (url, doc["error"].get("message")),
+                    "the engine failed while generating; read the service log below",
+                )
             if doc.get("usage"):
                 usage_tokens = _usage_tokens(doc)
             piece = "".join(str(c.get("text") or "") for c in doc.get("choices") or [])
@@ -365,10 +377,11 @@ def _reason(exc):
 
 def _refuse_auth(exc, what):
     if exc.code in (401, 403):
-        raise Refused("%s answered HTTP %d %s: the server refuses the API key it was given"
-                      % (what, exc.code, "Unauthorized" if exc.code == 401 else "Forbidden"),
-                      "pass the key the service was started with (its --api-key; serve keeps it in the "
-                      "vault) as api_key")
+        raise Refused(
+            "%s answered HTTP %d %s: the server refuses the API key it was given"
+            % (what, exc.code, "Unauthorized" if exc.code == 401 else "Forbidden"),
+            "pass the key the service was started with (its --api-key; serve keeps it in the vault) as api_key",
+        )
 
 
 def read_log(module, log_command, log_file, lines, secret):
@@ -415,12 +428,22 @@ def _tail_file(path, lines):
 
 def wait_ready(module, params, clock=time.monotonic, sleep=time.sleep):
     """Run the check; returns the result dict, or raises Refused with result attached."""
-    client = Client(params["url"], params["api_key"], params["request_timeout"],
-                    params["validate_certs"], params["use_proxy"])
+    client = Client(
+        params["url"], params["api_key"], params["request_timeout"], params["validate_certs"], params["use_proxy"]
+    )
     name = params["served_model_name"]
-    result = dict(ready=False, waited_s=0.0, probes=0, models=[], probe_error=None,
-                  completion_text=None, completion_tokens=None, ttft_s=None, tokens_per_s=None,
-                  completion_s=None)
+    result = dict(
+        ready=False,
+        waited_s=0.0,
+        probes=0,
+        models=[],
+        probe_error=None,
+        completion_text=None,
+        completion_tokens=None,
+        ttft_s=None,
+        tokens_per_s=None,
+        completion_s=None,
+    )
     start = clock()
     deadline = start + params["timeout"]
     models_url = client.base + "/v1/models"
@@ -447,8 +470,10 @@ def wait_ready(module, params, clock=time.monotonic, sleep=time.sleep):
                 break
             result["probe_error"] = "listed %s, not %r" % (", ".join(models) or "no model", name)
             if not module.check_mode:
-                exc = Refused("GET %s lists %s but not %r" % (models_url, models or "no model", name),
-                              "set served_model_name to the service's --served-model-name (or fix the service's flag)")
+                exc = Refused(
+                    "GET %s lists %s but not %r" % (models_url, models or "no model", name),
+                    "set served_model_name to the service's --served-model-name (or fix the service's flag)",
+                )
                 exc.result = result
                 raise exc
         if module.check_mode:
@@ -456,17 +481,21 @@ def wait_ready(module, params, clock=time.monotonic, sleep=time.sleep):
         if failed_argv:
             rc, _out, _err = module.run_command(failed_argv)
             if rc == 0:
-                exc = Refused("the service has failed (`%s` exited 0) before %s listed %r; last answer: %s"
-                              % (params["failed_command"], models_url, name, result["probe_error"]),
-                              "read the service log below, fix the cause and restart the service")
+                exc = Refused(
+                    "the service has failed (`%s` exited 0) before %s listed %r; last answer: %s"
+                    % (params["failed_command"], models_url, name, result["probe_error"]),
+                    "read the service log below, fix the cause and restart the service",
+                )
                 exc.result = result
                 raise exc
         now = clock()
         if now >= deadline:
-            exc = Refused("%s did not list %r within %d s (%d probes; last answer: %s)"
-                          % (models_url, name, params["timeout"], result["probes"], result["probe_error"]),
-                          "read the service log below; if it is still loading the model, raise timeout "
-                          "(loading takes minutes); if it stopped, fix the cause and restart the service")
+            exc = Refused(
+                "%s did not list %r within %d s (%d probes; last answer: %s)"
+                % (models_url, name, params["timeout"], result["probes"], result["probe_error"]),
+                "read the service log below; if it is still loading the model, raise timeout "
+                "(loading takes minutes); if it stopped, fix the cause and restart the service",
+            )
             exc.result = result
             raise exc
         sleep(max(0.0, min(params["interval"], deadline - now)))
@@ -476,17 +505,24 @@ def wait_ready(module, params, clock=time.monotonic, sleep=time.sleep):
         return result
     try:
         text, tokens, ttft, rate, took = client.completion(
-            name, params["prompt"], params["max_tokens"], params["stream"], clock, params["ignore_eos"])
+            name, params["prompt"], params["max_tokens"], params["stream"], clock, params["ignore_eos"]
+        )
     except Refused as exc:
         exc.result = result
         raise
-    result.update(completion_tokens=tokens, ttft_s=_round(ttft), tokens_per_s=_round(rate, 2),
-                  completion_s=_round(took), completion_text=text[:params["text_chars"]])
+    result.update(
+        completion_tokens=tokens,
+        ttft_s=_round(ttft),
+        tokens_per_s=_round(rate, 2),
+        completion_s=_round(took),
+        completion_text=text[: params["text_chars"]],
+    )
     if not text.strip():
-        exc = Refused("POST %s/v1/completions for %r returned no text (%s tokens reported)"
-                      % (client.base, name, tokens),
-                      "the model loads but does not generate; read the service log below (a wrong "
-                      "model directory, tokenizer or quantization)")
+        exc = Refused(
+            "POST %s/v1/completions for %r returned no text (%s tokens reported)" % (client.base, name, tokens),
+            "the model loads but does not generate; read the service log below (a wrong "
+            "model directory, tokenizer or quantization)",
+        )
         exc.result = result
         raise exc
     result["ready"] = True
@@ -522,17 +558,22 @@ def main():
     )
     params = module.params
     if not params["url"].startswith(("http://", "https://")):
-        module.fail_json(msg="url %r is not an http:// or https:// URL. Fix: give the server's base URL, "
-                             "for example http://127.0.0.1:8000" % params["url"])
+        module.fail_json(
+            msg="url %r is not an http:// or https:// URL. Fix: give the server's base URL, "
+            "for example http://127.0.0.1:8000" % params["url"]
+        )
     for key in ("timeout", "max_tokens", "request_timeout", "interval"):
         if params[key] <= 0 and not (key == "interval" and params[key] == 0):
-            module.fail_json(msg="%s is %s; it must be positive. Fix: use the default (%s)"
-                             % (key, params[key], module.argument_spec[key]["default"]))
+            module.fail_json(
+                msg="%s is %s; it must be positive. Fix: use the default (%s)"
+                % (key, params[key], module.argument_spec[key]["default"])
+            )
     try:
         result = wait_ready(module, params)
     except Refused as exc:
-        source, lines = read_log(module, params["log_command"], params["log_file"], params["log_lines"],
-                                 params["api_key"])
+        source, lines = read_log(
+            module, params["log_command"], params["log_file"], params["log_lines"], params["api_key"]
+        )
         msg = "%s. Fix: %s." % (exc.message, exc.fix)
         if source:
             msg += "\nLast %d lines of %s:\n%s" % (len(lines), source, "\n".join(lines) or "(empty)")
@@ -544,8 +585,10 @@ def main():
             msg = msg.replace(params["api_key"], MASK)
         module.fail_json(msg=msg, log=lines, **result)
     if module.check_mode and not result["ready"]:
-        module.warn("check mode: one probe of %s/v1/models did not list %r (%s); not waited for"
-                    % (params["url"].rstrip("/"), params["served_model_name"], result["probe_error"]))
+        module.warn(
+            "check mode: one probe of %s/v1/models did not list %r (%s); not waited for"
+            % (params["url"].rstrip("/"), params["served_model_name"], result["probe_error"])
+        )
     module.exit_json(changed=False, **result)
 
 

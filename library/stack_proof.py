@@ -214,8 +214,17 @@ import re
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.kunlun_stack import check_known_bad
 from ansible.module_utils.stack_proof import (
-    LAYER_FIX, PROBE_SOURCE, broken_layers, findings, found_versions, format_table, judge,
-    parse_probe_output, probe_request, summary)
+    LAYER_FIX,
+    PROBE_SOURCE,
+    broken_layers,
+    findings,
+    found_versions,
+    format_table,
+    judge,
+    parse_probe_output,
+    probe_request,
+    summary,
+)
 
 _XPU_NODE = re.compile(r"^xpu(\d+)$")
 
@@ -243,12 +252,22 @@ def interpreter(params):
     return venv.rstrip("/") + "/bin/python" if venv else None
 
 
-def probe_command(docker, image, python, devices, env, request, shm_size="", cap_add=(), security_opt=(),
-                  volumes=()):
+def probe_command(docker, image, python, devices, env, request, shm_size="", cap_add=(), security_opt=(), volumes=()):
     """The docker run command line of the probe (a list; never privileged, no network), with
     the serving container's shm size, capabilities, security options and mounts."""
-    cmd = [docker, "run", "--rm", "--network", "none", "--workdir", "/",
-           "--label", "org.kunlun-fleet.stack-proof=1", "--entrypoint", python]
+    cmd = [
+        docker,
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--workdir",
+        "/",
+        "--label",
+        "org.kunlun-fleet.stack-proof=1",
+        "--entrypoint",
+        python,
+    ]
     if shm_size:
         cmd += ["--shm-size", str(shm_size)]
     for cap in cap_add or ():
@@ -267,10 +286,16 @@ def probe_command(docker, image, python, devices, env, request, shm_size="", cap
 def evaluate(report, params):
     """(rows, failed rows) of a probe report against the module's parameters."""
     problems = check_known_bad(found_versions(report), params["known_bad"] or [])
-    rows = judge(report, params["components"], params["device_count"],
-                 params["python_match"], problems,
-                 memory_gib=(params["device_memory_min_gib"], params["device_memory_max_gib"]),
-                 platform_fields=params["platform_fields"], quantization=params.get("quantization") or None)
+    rows = judge(
+        report,
+        params["components"],
+        params["device_count"],
+        params["python_match"],
+        problems,
+        memory_gib=(params["device_memory_min_gib"], params["device_memory_max_gib"]),
+        platform_fields=params["platform_fields"],
+        quantization=params.get("quantization") or None,
+    )
     return rows, [r for r in rows if not r["ok"]]
 
 
@@ -283,8 +308,7 @@ def main():
             device_count=dict(type="int", default=8),
             device_memory_min_gib=dict(type="float", default=80.0),
             device_memory_max_gib=dict(type="float", default=100.0),
-            platform_fields=dict(type="dict", default=dict(device_name="cuda",
-                                                           dist_backend="nccl")),
+            platform_fields=dict(type="dict", default=dict(device_name="cuda", dist_backend="nccl")),
             python=dict(type="str"),
             python_match=dict(type="str", choices=["exact", "minor"], default="exact"),
             env=dict(type="dict", default={}),
@@ -301,51 +325,92 @@ def main():
     image = params["image"]
     python = interpreter(params)
     if not python:
-        module.fail_json(msg="stack_proof: no interpreter to run the probe with: components.python.venv is not "
-                             "set. Fix: set kunlun_stack_components.python.venv (the base image's venv, "
-                             "/opt/vllm_kunlun) or pass python=<path inside the image>.")
+        module.fail_json(
+            msg="stack_proof: no interpreter to run the probe with: components.python.venv is not "
+            "set. Fix: set kunlun_stack_components.python.venv (the base image's venv, "
+            "/opt/vllm_kunlun) or pass python=<path inside the image>."
+        )
     devices = params["devices"] if params["devices"] is not None else host_devices()
     docker = module.get_bin_path("docker", required=True)
 
     rc, out, err = module.run_command([docker, "image", "inspect", "--format", "{{.Id}}", image])
     if rc != 0:
         if module.check_mode:
-            module.exit_json(changed=False, proven=False, devices=devices,
-                             msg="image %s is not on this host yet (check mode: it would be built or "
-                                 "loaded first); not proven" % image)
-        module.fail_json(msg="stack_proof: image %s is not on this host (%s). Fix: build it with "
-                             "playbooks/image.yml, or docker load it, before proving it."
-                             % (image, (err or out).strip()), devices=devices, proven=False)
+            module.exit_json(
+                changed=False,
+                proven=False,
+                devices=devices,
+                msg="image %s is not on this host yet (check mode: it would be built or "
+                "loaded first); not proven" % image,
+            )
+        module.fail_json(
+            msg="stack_proof: image %s is not on this host (%s). Fix: build it with "
+            "playbooks/image.yml, or docker load it, before proving it." % (image, (err or out).strip()),
+            devices=devices,
+            proven=False,
+        )
 
     env = dict((str(k), str(v)) for k, v in (params["env"] or {}).items())
-    cmd = probe_command(docker, image, python, devices, env,
-                        probe_request(params["components"], params["quantization"] or None),
-                        params["shm_size"], params["cap_add"], params["security_opt"], params["volumes"])
+    cmd = probe_command(
+        docker,
+        image,
+        python,
+        devices,
+        env,
+        probe_request(params["components"], params["quantization"] or None),
+        params["shm_size"],
+        params["cap_add"],
+        params["security_opt"],
+        params["volumes"],
+    )
     rc, out, err = module.run_command(cmd)
     try:
         report = parse_probe_output(out)
     except ValueError as exc:
-        module.fail_json(msg="stack_proof: the probe did not run in image %s with %s (rc=%d): %s %s. Fix: the "
-                             "image must hold the base image's venv (its Python at %s); check that the "
-                             "devices %s exist and docker can start containers on this host."
-                             % (image, python, rc, exc, (err or "").strip()[-1500:], python, ", ".join(devices)),
-                         devices=devices, proven=False, rc=rc, stdout=out, stderr=err)
+        module.fail_json(
+            msg="stack_proof: the probe did not run in image %s with %s (rc=%d): %s %s. Fix: the "
+            "image must hold the base image's venv (its Python at %s); check that the "
+            "devices %s exist and docker can start containers on this host."
+            % (image, python, rc, exc, (err or "").strip()[-1500:], python, ", ".join(devices)),
+            devices=devices,
+            proven=False,
+            rc=rc,
+            stdout=out,
+            stderr=err,
+        )
 
     rows, failed = evaluate(report, params)
     table = format_table(rows)
     layers = broken_layers(rows)
     cuda, platform = findings(report)
     line = summary(report)
-    result = dict(rows=rows, table=table, report=report, devices=devices, layers=layers, cuda=cuda,
-                  platform=platform, summary=line)
+    result = dict(
+        rows=rows,
+        table=table,
+        report=report,
+        devices=devices,
+        layers=layers,
+        cuda=cuda,
+        platform=platform,
+        summary=line,
+    )
     if failed:
         module.fail_json(
             msg="stack_proof: image %s does not hold the validated combination (%d of %d checks failed; "
-                "broken layer%s, lowest first: %s):\n%s\n%s\nFix:\n%s"
-                % (image, len(failed), len(rows), "s" if len(layers) > 1 else "", ", ".join(layers),
-                   format_table(failed), line,
-                   "\n".join("- %s: %s" % (layer, LAYER_FIX[layer]) for layer in layers)),
-            proven=False, **result)
+            "broken layer%s, lowest first: %s):\n%s\n%s\nFix:\n%s"
+            % (
+                image,
+                len(failed),
+                len(rows),
+                "s" if len(layers) > 1 else "",
+                ", ".join(layers),
+                format_table(failed),
+                line,
+                "\n".join("- %s: %s" % (layer, LAYER_FIX[layer]) for layer in layers),
+            ),
+            proven=False,
+            **result,
+        )
     module.exit_json(changed=False, proven=True, msg="image %s proven: %s" % (image, line), **result)
 
 

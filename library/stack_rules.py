@@ -77,8 +77,7 @@ departures:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.kunlun_stack import (
-    check_departures, check_known_bad, check_serving, component_versions)
+from ansible.module_utils.kunlun_stack import check_departures, check_known_bad, check_serving, component_versions
 
 
 def run(params):
@@ -111,8 +110,11 @@ def main():
             module.warn("unvalidated pin accepted: %(item)s: %(found)s" % dep)
     if problems:
         lines = ["%(item)s: %(found)s. Fix: %(fix)s" % p for p in problems]
-        module.fail_json(msg="The stack configuration cannot work:\n- " + "\n- ".join(lines),
-                         problems=problems, departures=departures)
+        module.fail_json(
+            msg="The stack configuration cannot work:\n- " + "\n- ".join(lines),
+            problems=problems,
+            departures=departures,
+        )
     module.exit_json(changed=False, problems=[], departures=departures)
 
 

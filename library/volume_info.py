@@ -109,8 +109,12 @@ def parse_findmnt_json(text):
     if not systems:
         return {}
     top = systems[-1]
-    return {"source": top.get("source") or "", "fstype": top.get("fstype") or "",
-            "options": top.get("options") or "", "devno": top.get("maj:min") or ""}
+    return {
+        "source": top.get("source") or "",
+        "fstype": top.get("fstype") or "",
+        "options": top.get("options") or "",
+        "devno": top.get("maj:min") or "",
+    }
 
 
 def parse_xfs_ftype(text):
@@ -127,9 +131,16 @@ def parse_lvs_rows(text):
             continue
         vg, lv, path, size, vg_size, vg_free = fields
         try:
-            rows.append({"vg": vg, "lv": lv, "path": path or "/dev/%s/%s" % (vg, lv),
-                         "size_bytes": int(float(size)), "vg_size_bytes": int(float(vg_size)),
-                         "vg_free_bytes": int(float(vg_free))})
+            rows.append(
+                {
+                    "vg": vg,
+                    "lv": lv,
+                    "path": path or "/dev/%s/%s" % (vg, lv),
+                    "size_bytes": int(float(size)),
+                    "vg_size_bytes": int(float(vg_size)),
+                    "vg_free_bytes": int(float(vg_free)),
+                }
+            )
         except ValueError:
             continue
     return rows
@@ -158,9 +169,15 @@ def parse_fstab(text, mount_point):
             by = "path"
         else:
             by = "other"
-        found = {"spec": spec, "fstype": fields[2], "options": fields[3] if len(fields) > 3 else "defaults",
-                 "dump": fields[4] if len(fields) > 4 else "0", "passno": fields[5] if len(fields) > 5 else "0",
-                 "by": by, "line": " ".join(fields)}
+        found = {
+            "spec": spec,
+            "fstype": fields[2],
+            "options": fields[3] if len(fields) > 3 else "defaults",
+            "dump": fields[4] if len(fields) > 4 else "0",
+            "passno": fields[5] if len(fields) > 5 else "0",
+            "by": by,
+            "line": " ".join(fields),
+        }
     return found
 
 
@@ -216,24 +233,41 @@ def read(module, mount_point, lv, fstab="/etc/fstab"):
     if mount.get("fstype") == "xfs" and module.get_bin_path("xfs_info"):
         rc, out, _ = run(["xfs_info", mount_point])
         ftype = parse_xfs_ftype(out) if rc == 0 else None
-    return {"mount": mount, "vg_exists": vg_exists, "lv": lv_info, "xfs_ftype": ftype,
-            "mounted_lv": mounted_lv(module, run, mount) if lvm else {},
-            "fstab": read_fstab(module, fstab, mount_point)}
+    return {
+        "mount": mount,
+        "vg_exists": vg_exists,
+        "lv": lv_info,
+        "xfs_ftype": ftype,
+        "mounted_lv": mounted_lv(module, run, mount) if lvm else {},
+        "fstab": read_fstab(module, fstab, mount_point),
+    }
 
 
 def mounted_lv(module, run, mount):
     """The logical volume (any volume group) whose device is mounted, or {}."""
     if not mount:
         return {}
-    rc, out, err = run(["lvs", "--noheadings", "--nosuffix", "--units", "b", "--separator", "|",
-                        "--options", "vg_name,lv_name,lv_path,lv_size,vg_size,vg_free"])
+    rc, out, err = run(
+        [
+            "lvs",
+            "--noheadings",
+            "--nosuffix",
+            "--units",
+            "b",
+            "--separator",
+            "|",
+            "--options",
+            "vg_name,lv_name,lv_path,lv_size,vg_size,vg_free",
+        ]
+    )
     if rc != 0:
         # No LVM tools or no volume group: nothing mounted can be a logical volume.
         return {}
     source = os.path.realpath(mount["source"]) if mount["source"].startswith("/") else ""
     for row in parse_lvs_rows(out):
-        if (mount.get("devno") and same_device(row["path"], mount["devno"])) or \
-                (source and os.path.exists(row["path"]) and os.path.realpath(row["path"]) == source):
+        if (mount.get("devno") and same_device(row["path"], mount["devno"])) or (
+            source and os.path.exists(row["path"]) and os.path.realpath(row["path"]) == source
+        ):
             rc, out, err = run(["pvs", "--noheadings", "--options", "pv_name", "--select", "vg_name=" + row["vg"]])
             if rc != 0:
                 module.fail_json(msg="pvs (volume group %s) failed: %s" % (row["vg"], err.strip()))

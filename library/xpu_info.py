@@ -7,7 +7,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-DOCUMENTATION = r'''
+DOCUMENTATION = r"""
 ---
 module: xpu_info
 short_description: Gather facts about the Kunlunxin P800 XPUs of a host
@@ -81,9 +81,9 @@ notes:
   - Power cap and power use per card from the table's C(Pwr:Usage/Cap) column
     (C(85W / 400W)), else from the C(Power Readings) block of C(xpu-smi -q); a value that
     is not a figure (C(N/A), C(ERR!)) is null (unknown), never an error.
-'''
+"""
 
-EXAMPLES = r'''
+EXAMPLES = r"""
 - name: Gather XPU facts
   xpu_info:
 
@@ -107,9 +107,9 @@ EXAMPLES = r'''
 - name: Use a non-standard xpu-smi
   xpu_info:
     xpu_smi_path: /opt/xre/bin/xpu-smi
-'''
+"""
 
-RETURN = r'''
+RETURN = r"""
 ansible_facts:
   description: Facts about the host's XPUs.
   returned: always
@@ -238,7 +238,7 @@ ansible_facts:
       type: list
       elements: str
       sample: [VC]
-'''
+"""
 
 import os
 import re
@@ -271,45 +271,47 @@ def read_text(path):
 
 
 def find_xpu_smi(module):
-    given = module.params['xpu_smi_path']
+    given = module.params["xpu_smi_path"]
     if given:
         if not (os.path.isfile(given) and os.access(given, os.X_OK)):
-            module.fail_json(msg='xpu_smi_path %s is not an executable file: install the XRE '
-                                 'driver or point xpu_smi_path at its xpu-smi' % given)
+            module.fail_json(
+                msg="xpu_smi_path %s is not an executable file: install the XRE "
+                "driver or point xpu_smi_path at its xpu-smi" % given
+            )
         return given
-    return module.get_bin_path('xpu-smi', required=False, opt_dirs=['/usr/local/bin'])
+    return module.get_bin_path("xpu-smi", required=False, opt_dirs=["/usr/local/bin"])
 
 
 def gather(module):
-    dev_dir = module.params['dev_dir']
-    proc_dir = module.params['proc_dir']
+    dev_dir = module.params["dev_dir"]
+    proc_dir = module.params["proc_dir"]
     facts = {
-        'xpu_smi_path': None,
-        'xpu_smi_error': None,
-        'xpu_driver_version': None,
-        'xpu_driver_version_source': None,
-        'xpu_driver_version_read': {},
-        'xpu_runtime_version': None,
-        'xpu_proc_driver_version': None,
-        'xpu_device_count': 0,
-        'xpu_devices': [],
-        'xpu_processes': [],
-        'xpu_pci_functions': None,
-        'xpu_pci_slots': [],
-        'xpu_modules_loaded': [],
-        'xpu_device_nodes': [],
-        'xpu_ctrl_node_present': False,
-        'xpu_card_variants': [],
-        'xpu_driver_at_least_minimum': None,
-        'xpu_low_power_devices': [],
-        'xpu_power_cap_unknown': [],
-        'xpu_low_power_message': None,
+        "xpu_smi_path": None,
+        "xpu_smi_error": None,
+        "xpu_driver_version": None,
+        "xpu_driver_version_source": None,
+        "xpu_driver_version_read": {},
+        "xpu_runtime_version": None,
+        "xpu_proc_driver_version": None,
+        "xpu_device_count": 0,
+        "xpu_devices": [],
+        "xpu_processes": [],
+        "xpu_pci_functions": None,
+        "xpu_pci_slots": [],
+        "xpu_modules_loaded": [],
+        "xpu_device_nodes": [],
+        "xpu_ctrl_node_present": False,
+        "xpu_card_variants": [],
+        "xpu_driver_at_least_minimum": None,
+        "xpu_low_power_devices": [],
+        "xpu_power_cap_unknown": [],
+        "xpu_low_power_message": None,
     }
 
     smi = find_xpu_smi(module)
-    facts['xpu_smi_path'] = smi
-    table = {'driver_version': None, 'runtime_version': None, 'devices': [], 'processes': []}
-    query = {'devices': []}
+    facts["xpu_smi_path"] = smi
+    table = {"driver_version": None, "runtime_version": None, "devices": [], "processes": []}
+    query = {"devices": []}
     listing = []
     table_text = query_text = None
     if smi:
@@ -317,98 +319,96 @@ def gather(module):
         if rc == 0:
             table_text = out
             table = parse_table(out)
-            rc_q, out_q, err_q = module.run_command([smi, '-q'])
+            rc_q, out_q, err_q = module.run_command([smi, "-q"])
             if rc_q == 0:
                 query_text = out_q
                 query = parse_query(out_q)
-            rc_l, out_l, err_l = module.run_command([smi, '-L'])
+            rc_l, out_l, err_l = module.run_command([smi, "-L"])
             if rc_l == 0:
                 listing = parse_list(out_l)
         else:
-            message = (err or out or '').strip().splitlines()
-            facts['xpu_smi_error'] = 'xpu-smi exited %d: %s' % (
-                rc, message[0] if message else 'no output')
+            message = (err or out or "").strip().splitlines()
+            facts["xpu_smi_error"] = "xpu-smi exited %d: %s" % (rc, message[0] if message else "no output")
 
     # The header's Driver Version is the XRE release in one xpu-smi form only (515.58 in
     # the other): the release is taken from the source that gives one.
-    proc_text = read_text(os.path.join(proc_dir, 'kunlun', 'version'))
+    proc_text = read_text(os.path.join(proc_dir, "kunlun", "version"))
     release = driver_release(table_text, query_text, proc_text)
-    if release['error']:
-        module.fail_json(msg=release['error'], xpu_driver_version_read=release['read'])
-    facts['xpu_driver_version'] = release['version']
-    facts['xpu_driver_version_source'] = release['source']
-    facts['xpu_driver_version_read'] = release['read']
-    facts['xpu_runtime_version'] = table['runtime_version'] or query.get('runtime_version')
-    facts['xpu_proc_driver_version'] = parse_proc_version(proc_text)
-    if module.params['driver_minimum']:
-        facts['xpu_driver_at_least_minimum'] = version_at_least(
-            facts['xpu_driver_version'], module.params['driver_minimum'])
+    if release["error"]:
+        module.fail_json(msg=release["error"], xpu_driver_version_read=release["read"])
+    facts["xpu_driver_version"] = release["version"]
+    facts["xpu_driver_version_source"] = release["source"]
+    facts["xpu_driver_version_read"] = release["read"]
+    facts["xpu_runtime_version"] = table["runtime_version"] or query.get("runtime_version")
+    facts["xpu_proc_driver_version"] = parse_proc_version(proc_text)
+    if module.params["driver_minimum"]:
+        facts["xpu_driver_at_least_minimum"] = version_at_least(
+            facts["xpu_driver_version"], module.params["driver_minimum"]
+        )
 
     devices = merge_devices(table, query, listing)
-    full_cap = module.params['power_cap_full']
+    full_cap = module.params["power_cap_full"]
     for dev in devices:
-        node = os.path.join(dev_dir, 'xpu%d' % dev['index'])
-        dev['node_present'] = os.path.exists(node)
-        state, raw = device_state(
-            read_text(os.path.join(proc_dir, 'xpu', 'dev%d' % dev['index'], 'state')))
-        dev['proc_state'] = raw
-        if state == 'error':
-            dev['state'] = 'error'
-        dev['firmware_release'] = firmware_release(dev['firmware_version'])
-        dev['firmware_ok'] = None
-        if module.params['firmware_minimum']:
-            dev['firmware_ok'] = firmware_at_least(dev['firmware_version'],
-                                                   module.params['firmware_minimum'])
-        dev['power_cap_ok'] = None
-        if full_cap is not None and dev['power_cap_w'] is not None:
-            dev['power_cap_ok'] = dev['power_cap_w'] >= full_cap
+        node = os.path.join(dev_dir, "xpu%d" % dev["index"])
+        dev["node_present"] = os.path.exists(node)
+        state, raw = device_state(read_text(os.path.join(proc_dir, "xpu", "dev%d" % dev["index"], "state")))
+        dev["proc_state"] = raw
+        if state == "error":
+            dev["state"] = "error"
+        dev["firmware_release"] = firmware_release(dev["firmware_version"])
+        dev["firmware_ok"] = None
+        if module.params["firmware_minimum"]:
+            dev["firmware_ok"] = firmware_at_least(dev["firmware_version"], module.params["firmware_minimum"])
+        dev["power_cap_ok"] = None
+        if full_cap is not None and dev["power_cap_w"] is not None:
+            dev["power_cap_ok"] = dev["power_cap_w"] >= full_cap
     if full_cap is not None:
         low, unknown = low_power_devices(devices, full_cap)
-        facts['xpu_low_power_devices'] = low
-        facts['xpu_power_cap_unknown'] = unknown
-        facts['xpu_low_power_message'] = low_power_message(low, full_cap, len(devices))
-    facts['xpu_devices'] = devices
-    facts['xpu_device_count'] = len(devices)
-    facts['xpu_processes'] = table.get('processes', [])
-    facts['xpu_card_variants'] = sorted(set(d['card_variant'] for d in devices if d['card_variant']))
+        facts["xpu_low_power_devices"] = low
+        facts["xpu_power_cap_unknown"] = unknown
+        facts["xpu_low_power_message"] = low_power_message(low, full_cap, len(devices))
+    facts["xpu_devices"] = devices
+    facts["xpu_device_count"] = len(devices)
+    facts["xpu_processes"] = table.get("processes", [])
+    facts["xpu_card_variants"] = sorted(set(d["card_variant"] for d in devices if d["card_variant"]))
 
-    lspci = module.get_bin_path('lspci', required=False)
+    lspci = module.get_bin_path("lspci", required=False)
     if lspci:
-        rc, out, err = module.run_command([lspci, '-Dn'])
+        rc, out, err = module.run_command([lspci, "-Dn"])
         if rc == 0:
             functions = parse_lspci(out)
-            facts['xpu_pci_functions'] = len(functions)
-            facts['xpu_pci_slots'] = [f['slot'] for f in functions]
+            facts["xpu_pci_functions"] = len(functions)
+            facts["xpu_pci_slots"] = [f["slot"] for f in functions]
 
-    lsmod = module.get_bin_path('lsmod', required=False)
+    lsmod = module.get_bin_path("lsmod", required=False)
     modules_text = None
     if lsmod:
         rc, out, err = module.run_command([lsmod])
         if rc == 0:
             modules_text = out
     if modules_text is None:
-        modules_text = read_text(os.path.join(proc_dir, 'modules')) or ''
-    facts['xpu_modules_loaded'] = kunlun_modules_loaded(modules_text)
+        modules_text = read_text(os.path.join(proc_dir, "modules")) or ""
+    facts["xpu_modules_loaded"] = kunlun_modules_loaded(modules_text)
 
     try:
         names = os.listdir(dev_dir)
     except (IOError, OSError):
         names = []
-    nodes = sorted((n for n in names if re.match(r'^xpu\d+$', n)), key=lambda n: int(n[3:]))
-    facts['xpu_device_nodes'] = [os.path.join(dev_dir, n) for n in nodes]
-    facts['xpu_ctrl_node_present'] = os.path.exists(os.path.join(dev_dir, 'xpuctrl'))
+    nodes = sorted((n for n in names if re.match(r"^xpu\d+$", n)), key=lambda n: int(n[3:]))
+    facts["xpu_device_nodes"] = [os.path.join(dev_dir, n) for n in nodes]
+    facts["xpu_ctrl_node_present"] = os.path.exists(os.path.join(dev_dir, "xpuctrl"))
     return facts
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            xpu_smi_path=dict(type='path'),
-            dev_dir=dict(type='path', default='/dev'),
-            proc_dir=dict(type='path', default='/proc'),
-            driver_minimum=dict(type='str'),
-            firmware_minimum=dict(type='str'),
-            power_cap_full=dict(type='int'),
+            xpu_smi_path=dict(type="path"),
+            dev_dir=dict(type="path", default="/dev"),
+            proc_dir=dict(type="path", default="/proc"),
+            driver_minimum=dict(type="str"),
+            firmware_minimum=dict(type="str"),
+            power_cap_full=dict(type="int"),
         ),
         supports_check_mode=True,
     )
@@ -416,5 +416,5 @@ def main():
     module.exit_json(changed=False, ansible_facts=facts)
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     main()

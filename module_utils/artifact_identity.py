@@ -38,19 +38,25 @@ INSTALLERS = {
     "xre": {
         "what": "the XRE driver installer",
         "mark": re.compile(r"\bXRE\b"),
-        "version": [re.compile(r'^label="[^"\n]*\bXRE\b[^"\n]*?(\d+(?:\.\d+){2,})', re.M | re.I),
-                    re.compile(r"\bXRE\b[^\n]*?\bversion\s+v?(\d+(?:\.\d+){2,})", re.I)],
+        "version": [
+            re.compile(r'^label="[^"\n]*\bXRE\b[^"\n]*?(\d+(?:\.\d+){2,})', re.M | re.I),
+            re.compile(r"\bXRE\b[^\n]*?\bversion\s+v?(\d+(?:\.\d+){2,})", re.I),
+        ],
     },
     "xpytorch": {
         "what": "the Kunlun torch installer (xpytorch)",
         "mark": re.compile(r"xpytorch", re.I),
-        "version": [re.compile(r'^label="[^"\n]*xpytorch[^"\n]*?\b(\d+\.\d+\.\d+)\b', re.M | re.I),
-                    re.compile(r"\bxpytorch\s+v?(\d+\.\d+\.\d+)", re.I)],
+        "version": [
+            re.compile(r'^label="[^"\n]*xpytorch[^"\n]*?\b(\d+\.\d+\.\d+)\b', re.M | re.I),
+            re.compile(r"\bxpytorch\s+v?(\d+\.\d+\.\d+)", re.I),
+        ],
     },
 }
 
-_WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(?:-(?P<build>\d[^-]*))?"
-                         r"-(?P<tag>[^-]+-[^-]+-[^-]+)\.whl$")
+_WHEEL_NAME = re.compile(
+    r"^(?P<name>[^-]+)-(?P<version>[^-]+)(?:-(?P<build>\d[^-]*))?"
+    r"-(?P<tag>[^-]+-[^-]+-[^-]+)\.whl$"
+)
 
 
 def normalize(name):
@@ -82,8 +88,7 @@ def read_wheel(path):
     """{name, version} from the wheel's METADATA; ValueError when it has none."""
     try:
         with zipfile.ZipFile(path) as archive:
-            metas = [n for n in archive.namelist()
-                     if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+            metas = [n for n in archive.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
             if not metas:
                 raise ValueError("no *.dist-info/METADATA in the archive")
             # Several dist-info directories: the one named after the file.
@@ -121,8 +126,7 @@ def read_installer(path):
                 version = found.group(1)
                 break
         return {"installer": kind, "version": version, "label": label.group(1) if label else ""}
-    raise ValueError("a shell script that names no known installer (%s) in its header"
-                     % ", ".join(sorted(INSTALLERS)))
+    raise ValueError("a shell script that names no known installer (%s) in its header" % ", ".join(sorted(INSTALLERS)))
 
 
 def _member_text(archive, member, limit=1 << 20):
@@ -206,8 +210,9 @@ def read_source(path):
         top_dir = list(tops)[0]
         if not _PLAIN_DIR.match(top_dir):
             raise ValueError("its top-level directory %r is not a plain name" % top_dir)
-        texts = dict((name, found["%s/%s" % (top_dir, name)]) for name in SOURCE_FILES
-                     if "%s/%s" % (top_dir, name) in found)
+        texts = dict(
+            (name, found["%s/%s" % (top_dir, name)]) for name in SOURCE_FILES if "%s/%s" % (top_dir, name) in found
+        )
     if not texts:
         raise ValueError("no PKG-INFO, setup.py or pyproject.toml at its top or in its one top-level directory")
     declared = {}
@@ -225,9 +230,15 @@ def read_source(path):
     version = next((declared[k] for k in SOURCE_FILES if declared.get(k)), "")
     name = next((names[k] for k in SOURCE_FILES if names.get(k)), "")
     commit = comment.lower() if _COMMIT_ID.match(comment) else ""
-    return {"name": name, "version": version, "declared": declared, "commit": commit,
-            "commit_from": "git archive" if commit else "", "top_dir": top_dir,
-            "setup_py": "setup.py" in texts}
+    return {
+        "name": name,
+        "version": version,
+        "declared": declared,
+        "commit": commit,
+        "commit_from": "git archive" if commit else "",
+        "top_dir": top_dir,
+        "setup_py": "setup.py" in texts,
+    }
 
 
 def describe_declared(found):

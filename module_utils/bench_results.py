@@ -103,20 +103,22 @@ def read_records(path):
                 error = "%s %s: %s" % (err.get("code", ""), err.get("type", ""), str(err.get("message", ""))[:200])
                 error = error.strip()
             itl = _metric(raw, "inter_chunk_latency")
-            records.append({
-                "ok": not err and not meta.get("was_cancelled"),
-                "cancelled": bool(meta.get("was_cancelled")),
-                "start_ns": meta.get("request_start_ns"),
-                "end_ns": meta.get("request_end_ns"),
-                "ttft_ms": _metric(raw, "time_to_first_token"),
-                "latency_ms": _metric(raw, "request_latency"),
-                "aiperf_output_tokens": _metric(raw, "output_sequence_length"),
-                "usage_tokens": _metric(raw, "usage_completion_tokens"),
-                "usage_prompt_tokens": _metric(raw, "usage_prompt_tokens"),
-                "input_tokens": _metric(raw, "input_sequence_length") or _metric(raw, "error_isl"),
-                "itl_ms": itl if isinstance(itl, list) else [],
-                "error": error or ("cancelled" if meta.get("was_cancelled") else None),
-            })
+            records.append(
+                {
+                    "ok": not err and not meta.get("was_cancelled"),
+                    "cancelled": bool(meta.get("was_cancelled")),
+                    "start_ns": meta.get("request_start_ns"),
+                    "end_ns": meta.get("request_end_ns"),
+                    "ttft_ms": _metric(raw, "time_to_first_token"),
+                    "latency_ms": _metric(raw, "request_latency"),
+                    "aiperf_output_tokens": _metric(raw, "output_sequence_length"),
+                    "usage_tokens": _metric(raw, "usage_completion_tokens"),
+                    "usage_prompt_tokens": _metric(raw, "usage_prompt_tokens"),
+                    "input_tokens": _metric(raw, "input_sequence_length") or _metric(raw, "error_isl"),
+                    "itl_ms": itl if isinstance(itl, list) else [],
+                    "error": error or ("cancelled" if meta.get("was_cancelled") else None),
+                }
+            )
     return records
 
 
@@ -245,8 +247,14 @@ def agreement(usage_tokens, server_tokens, tolerance_pct, what="output"):
     base = float(max(server_tokens, 1))
     diff = 100.0 * (usage_tokens - server_tokens) / base
     if abs(diff) > tolerance_pct:
-        return False, diff, ("the responses' usage says %d %s tokens, the servers' counters %d (%+.1f%%, more "
-                             "than %.1f%%)" % (usage_tokens, what, server_tokens, diff, tolerance_pct))
+        return (
+            False,
+            diff,
+            (
+                "the responses' usage says %d %s tokens, the servers' counters %d (%+.1f%%, more "
+                "than %.1f%%)" % (usage_tokens, what, server_tokens, diff, tolerance_pct)
+            ),
+        )
     return True, diff, "within %.1f%%" % tolerance_pct
 
 
@@ -260,24 +268,32 @@ def validity(client, server_output, server_prompt, tolerance_pct):
     shown only) and validity (why)."""
     usage = client.get("usage_output_tokens")
     retok = client.get("retokenized_output_tokens")
-    out = {"valid": False, "diff_pct": None, "prompt_diff_pct": None, "validity": "",
-           "retokenized_diff_pct": (100.0 * (retok - usage) / usage) if retok is not None and usage else None}
+    out = {
+        "valid": False,
+        "diff_pct": None,
+        "prompt_diff_pct": None,
+        "validity": "",
+        "retokenized_diff_pct": (100.0 * (retok - usage) / usage) if retok is not None and usage else None,
+    }
     missing = client.get("responses_without_usage") or 0
     ok, out["diff_pct"], why = agreement(usage, server_output, tolerance_pct)
     if server_output is None:
         out["validity"] = why
         return out
     if missing:
-        out["validity"] = ("%d of %d completed responses carried no usage, so the output tokens cannot be "
-                           "checked against the servers' counters (vLLM sends usage when the request asks "
-                           "for stream_options.include_usage, as aiperf does)" % (missing, client.get("completed", 0)))
+        out["validity"] = (
+            "%d of %d completed responses carried no usage, so the output tokens cannot be "
+            "checked against the servers' counters (vLLM sends usage when the request asks "
+            "for stream_options.include_usage, as aiperf does)" % (missing, client.get("completed", 0))
+        )
         return out
     if not ok:
         out["validity"] = why
         return out
     if server_prompt is not None:
-        pok, out["prompt_diff_pct"], pwhy = agreement(client.get("usage_prompt_tokens"), server_prompt,
-                                                      tolerance_pct, "prompt")
+        pok, out["prompt_diff_pct"], pwhy = agreement(
+            client.get("usage_prompt_tokens"), server_prompt, tolerance_pct, "prompt"
+        )
         if not pok:
             out["validity"] = pwhy
             return out
@@ -300,10 +316,13 @@ def concurrent_streams(points, host_parallel):
     for p in points:
         if p.get("target") != "fleet":
             hosts[p.get("target")] = max(hosts.get(p.get("target"), 0), int(p.get("concurrency") or 0))
-    side_by_side = sorted(hosts.values(), reverse=True)[:max(int(host_parallel), 1)]
+    side_by_side = sorted(hosts.values(), reverse=True)[: max(int(host_parallel), 1)]
     streams = max([max(fleet or [0]), sum(side_by_side)])
     detail = "largest fleet point %d, %d host(s) side by side at their largest %d" % (
-        max(fleet or [0]), len(side_by_side), sum(side_by_side))
+        max(fleet or [0]),
+        len(side_by_side),
+        sum(side_by_side),
+    )
     return streams, detail
 
 
@@ -316,15 +335,26 @@ def fd_plan(concurrency, headroom, soft, hard):
     if soft < 0 or soft >= needed:
         return needed, "ok", "open files: soft limit %s covers %d" % ("unlimited" if soft < 0 else soft, needed)
     if unlimited or hard >= needed:
-        return needed, "raise", ("open files: soft limit %d is below the %d that %d concurrent streams need; "
-                                 "raised to %d (the hard limit) for the load generator"
-                                 % (soft, needed, concurrency, needed if unlimited else hard))
-    return needed, "refuse", (
-        "open files: %d concurrent streams need about %d descriptors on the controller, above its hard "
-        "limit %d (soft %d). Fix: raise the hard limit for the user running the bench, for example "
-        "`nofile %d` in /etc/security/limits.conf (new login), `ulimit -Hn %d` as root in the shell "
-        "that runs it, or LimitNOFILE=%d for a service; or bench fewer concurrent streams"
-        % (concurrency, needed, hard, soft, needed, needed, needed))
+        return (
+            needed,
+            "raise",
+            (
+                "open files: soft limit %d is below the %d that %d concurrent streams need; "
+                "raised to %d (the hard limit) for the load generator"
+                % (soft, needed, concurrency, needed if unlimited else hard)
+            ),
+        )
+    return (
+        needed,
+        "refuse",
+        (
+            "open files: %d concurrent streams need about %d descriptors on the controller, above its hard "
+            "limit %d (soft %d). Fix: raise the hard limit for the user running the bench, for example "
+            "`nofile %d` in /etc/security/limits.conf (new login), `ulimit -Hn %d` as root in the shell "
+            "that runs it, or LimitNOFILE=%d for a service; or bench fewer concurrent streams"
+            % (concurrency, needed, hard, soft, needed, needed, needed)
+        ),
+    )
 
 
 def cpu_times():
@@ -346,22 +376,48 @@ def client_load(child_cpu_s, wall_s, ncpu, machine_before, machine_after, limit=
     if machine_before and machine_after and machine_after[1] > machine_before[1]:
         machine_pct = 100.0 * (machine_after[0] - machine_before[0]) / (machine_after[1] - machine_before[1])
     bound = cores >= limit * ncpu or (machine_pct is not None and machine_pct >= 100.0 * limit)
-    note = ("the load generator used %.2f of %d cores (%.0f%%), the machine was %s busy"
-            % (cores, ncpu, 100.0 * cores / max(ncpu, 1), "?" if machine_pct is None else "%.0f%%" % machine_pct))
+    note = "the load generator used %.2f of %d cores (%.0f%%), the machine was %s busy" % (
+        cores,
+        ncpu,
+        100.0 * cores / max(ncpu, 1),
+        "?" if machine_pct is None else "%.0f%%" % machine_pct,
+    )
     if bound:
         note += ": the client machine was saturated, so this point may measure the client, not the fleet"
-    return {"cpu_s": round(child_cpu_s, 2), "wall_s": round(wall_s, 2), "cores_used": round(cores, 2),
-            "cpu_count": ncpu, "machine_busy_pct": None if machine_pct is None else round(machine_pct, 1),
-            "client_bound": bool(bound), "note": note}
+    return {
+        "cpu_s": round(child_cpu_s, 2),
+        "wall_s": round(wall_s, 2),
+        "cores_used": round(cores, 2),
+        "cpu_count": ncpu,
+        "machine_busy_pct": None if machine_pct is None else round(machine_pct, 1),
+        "client_bound": bool(bound),
+        "note": note,
+    }
 
 
 # ---------------------------------------------------------------- aiperf's configuration
 API_KEY_ENV = "KF_BENCH_API_KEY"
 
 
-def aiperf_config(url, model, tokenizer, concurrency, isl, osl, artifact_dir, requests=0, duration=0.0,
-                  grace=0.0, timeout=600.0, workers=2, entries=None, api_key=True, seed=0, corpus="random",
-                  retokenize=True):
+def aiperf_config(
+    url,
+    model,
+    tokenizer,
+    concurrency,
+    isl,
+    osl,
+    artifact_dir,
+    requests=0,
+    duration=0.0,
+    grace=0.0,
+    timeout=600.0,
+    workers=2,
+    entries=None,
+    api_key=True,
+    seed=0,
+    corpus="random",
+    retokenize=True,
+):
     """aiperf's YAML configuration (its envelope shape, written as JSON, a subset of YAML;
     the benchmark under `benchmark:`, the seed beside it). The API key is not
     in it: `${KF_BENCH_API_KEY}`, which aiperf substitutes from the environment, so the key
@@ -375,8 +431,7 @@ def aiperf_config(url, model, tokenizer, concurrency, isl, osl, artifact_dir, re
     counts the text received with the tokenizer (output_sequence_length, kept beside the
     usage); False sets its use_server_token_count, which skips that count (less client CPU)
     and makes its own exports count the usage."""
-    phase = {"name": "profiling", "kind": "profiling", "type": "concurrency",
-             "concurrency": int(concurrency)}
+    phase = {"name": "profiling", "kind": "profiling", "type": "concurrency", "concurrency": int(concurrency)}
     if requests:
         phase["requests"] = int(requests)
     else:
@@ -384,21 +439,34 @@ def aiperf_config(url, model, tokenizer, concurrency, isl, osl, artifact_dir, re
         phase["grace_period"] = float(grace)
     if entries is None:
         entries = int(requests) if requests else max(2 * int(concurrency), 100)
-    endpoint = {"urls": [url], "type": "completions", "streaming": True, "timeout": float(timeout),
-                "use_server_token_count": not retokenize,
-                "extra": {"ignore_eos": True, "stream_options": {"include_usage": True}}}
+    endpoint = {
+        "urls": [url],
+        "type": "completions",
+        "streaming": True,
+        "timeout": float(timeout),
+        "use_server_token_count": not retokenize,
+        "extra": {"ignore_eos": True, "stream_options": {"include_usage": True}},
+    }
     if api_key:
         endpoint["api_key"] = "${%s}" % API_KEY_ENV
-    return {"benchmark": {
-        "models": {"items": [{"name": model}]},
-        "endpoint": endpoint,
-        "datasets": [{"name": "main", "type": "synthetic", "entries": max(int(entries), 1),
-                      "prompts": {"isl": {"mean": int(isl), "stddev": 0}, "osl": {"mean": int(osl)},
-                                  "corpus": corpus}}],
-        "phases": [phase],
-        "artifacts": {"dir": artifact_dir, "auto_plot": False},
-        "tokenizer": {"name": tokenizer},
-        "gpu_telemetry": {"enabled": False},
-        "server_metrics": {"enabled": False},
-        "runtime": {"ui": "none", "workers": max(1, min(int(workers), int(concurrency)))},
-    }, "random_seed": int(seed)}
+    return {
+        "benchmark": {
+            "models": {"items": [{"name": model}]},
+            "endpoint": endpoint,
+            "datasets": [
+                {
+                    "name": "main",
+                    "type": "synthetic",
+                    "entries": max(int(entries), 1),
+                    "prompts": {"isl": {"mean": int(isl), "stddev": 0}, "osl": {"mean": int(osl)}, "corpus": corpus},
+                }
+            ],
+            "phases": [phase],
+            "artifacts": {"dir": artifact_dir, "auto_plot": False},
+            "tokenizer": {"name": tokenizer},
+            "gpu_telemetry": {"enabled": False},
+            "server_metrics": {"enabled": False},
+            "runtime": {"ui": "none", "workers": max(1, min(int(workers), int(concurrency)))},
+        },
+        "random_seed": int(seed),
+    }

@@ -25,8 +25,14 @@ from __future__ import absolute_import, division, print_function
 import json
 import os
 
-from ansible.module_utils.artifact_identity import (INSTALLERS, READERS, cache_key, describe_declared, normalize,
-                                                    parse_wheel_name)
+from ansible.module_utils.artifact_identity import (
+    INSTALLERS,
+    READERS,
+    cache_key,
+    describe_declared,
+    normalize,
+    parse_wheel_name,
+)
 from ansible.module_utils.bundle_manifest import MANIFEST, SumCache, check_bundle, parse_manifest, read_manifest
 from ansible.module_utils.model_config import check_config
 
@@ -35,13 +41,19 @@ __metaclass__ = type
 INDEX = "bundle.yml"
 FORMAT = 1
 # Where each kind of artifact lives in the bundle (the builder's layout).
-LAYOUT = {"driver": "drivers", "torch": "torch", "wheel": "wheels", "source": "src", "image": "images",
-          "model": "models", "gateway_router": "wheelhouse"}
+LAYOUT = {
+    "driver": "drivers",
+    "torch": "torch",
+    "wheel": "wheels",
+    "source": "src",
+    "image": "images",
+    "model": "models",
+    "gateway_router": "wheelhouse",
+}
 
 
 def build_fix(bundle_dir):
-    return ("build the bundle again: kunlun-fleet bundle build %s --vendor VDIR (docs/bundle.md)"
-            % (bundle_dir or "DIR"))
+    return "build the bundle again: kunlun-fleet bundle build %s --vendor VDIR (docs/bundle.md)" % (bundle_dir or "DIR")
 
 
 def expected(pins):
@@ -63,24 +75,47 @@ def expected(pins):
 
     driver = pins.get("kunlun_stack_driver") or {}
     if driver:
-        add("driver", kind="installer", installer=driver.get("installer", "xre"), version=driver.get("version"),
-            layout=LAYOUT["driver"])
+        add(
+            "driver",
+            kind="installer",
+            installer=driver.get("installer", "xre"),
+            version=driver.get("version"),
+            layout=LAYOUT["driver"],
+        )
     for key, comp in (pins.get("kunlun_stack_components") or {}).items():
         if not isinstance(comp, dict):
             continue
         if comp.get("installer"):
-            add(key, kind="installer", installer=comp["installer"], version=comp.get("version"),
-                layout=LAYOUT.get(key, key))
+            add(
+                key,
+                kind="installer",
+                installer=comp["installer"],
+                version=comp.get("version"),
+                layout=LAYOUT.get(key, key),
+            )
         elif comp.get("wheel"):
-            add(key, kind="wheel", name=comp["wheel"], version=comp.get("version"), layout=LAYOUT["wheel"],
-                origin=comp.get("origin", "vendor"), check_file_version=comp.get("check_file_version", True))
+            add(
+                key,
+                kind="wheel",
+                name=comp["wheel"],
+                version=comp.get("version"),
+                layout=LAYOUT["wheel"],
+                origin=comp.get("origin", "vendor"),
+                check_file_version=comp.get("check_file_version", True),
+            )
         elif comp.get("source"):
             # A source tree is its commit: the version is what the notes call it (not gated).
             # `sha256`: the digest of a tarball that records no commit (an sdist, a plain
             # tar), declared by the operator as that commit's.
-            add(key, kind="source", name=comp["source"], version=comp.get("version"),
-                commit=str(comp.get("commit") or ""), layout=LAYOUT["source"],
-                tarball_sha256=str(comp.get("sha256") or "").lower())
+            add(
+                key,
+                kind="source",
+                name=comp["source"],
+                version=comp.get("version"),
+                commit=str(comp.get("commit") or ""),
+                layout=LAYOUT["source"],
+                tarball_sha256=str(comp.get("sha256") or "").lower(),
+            )
     if pins.get("kunlun_stack_base_image"):
         add("base_image", kind="image", reference=pins["kunlun_stack_base_image"], layout=LAYOUT["image"])
     model = pins.get("kunlun_stack_model") or {}
@@ -88,8 +123,16 @@ def expected(pins):
         add("model", kind="model", directory=model["directory"], model=model, layout=LAYOUT["model"])
     router = pins.get("kunlun_stack_gateway_router") or {}
     if router.get("package"):
-        add("gateway_router", kind="wheel", name=router["package"], version=router.get("version"),
-            origin="index", layout=LAYOUT["gateway_router"], wheelhouse=True, check_file_version=True)
+        add(
+            "gateway_router",
+            kind="wheel",
+            name=router["package"],
+            version=router.get("version"),
+            origin="index",
+            layout=LAYOUT["gateway_router"],
+            wheelhouse=True,
+            check_file_version=True,
+        )
     return out
 
 
@@ -131,25 +174,50 @@ def source_problems(spec, found, rel, digest=None):
     declared_sum = spec.get("tarball_sha256") or ""
     what = "%s declaring %s" % (found.get("name"), describe_declared(found))
     key = spec.get("key", "vllm_kunlun")
-    fix = ("use `git archive --format=tar.gz %s` of the %s repository (its pax header records the commit); for a "
-           "tarball the vendor gave as that commit, declare its sha256 as kunlun_stack_components.%s.sha256"
-           % (want or "COMMIT", spec["name"], key))
+    fix = (
+        "use `git archive --format=tar.gz %s` of the %s repository (its pax header records the commit); for a "
+        "tarball the vendor gave as that commit, declare its sha256 as kunlun_stack_components.%s.sha256"
+        % (want or "COMMIT", spec["name"], key)
+    )
     problems = []
     if not want:
         if found.get("version") != spec["version"]:
-            problems.append((rel, "%s, the pin is %s (and names no commit)" % (what, spec["version"]),
-                             "pin the commit (kunlun_stack_components.%s.commit)" % key))
+            problems.append(
+                (
+                    rel,
+                    "%s, the pin is %s (and names no commit)" % (what, spec["version"]),
+                    "pin the commit (kunlun_stack_components.%s.commit)" % key,
+                )
+            )
     elif commit and not (commit.startswith(want) or want.startswith(commit)):
         problems.append((rel, "is commit %s (git archive's pax header; %s), the pin is %s" % (commit, what, want), fix))
     elif not commit and not declared_sum:
-        problems.append((rel, "%s records no commit (an sdist or a plain tarball, not a git archive): nothing shows it "
-                         "is commit %s" % (what, want), fix))
+        problems.append(
+            (
+                rel,
+                "%s records no commit (an sdist or a plain tarball, not a git archive): nothing shows it "
+                "is commit %s" % (what, want),
+                fix,
+            )
+        )
     if declared_sum and digest and digest != declared_sum:
-        problems.append((rel, "sha256 %s is not the one declared for commit %s (kunlun_stack_components.%s.sha256: %s)"
-                         % (digest, want, key, declared_sum), fix))
+        problems.append(
+            (
+                rel,
+                "sha256 %s is not the one declared for commit %s (kunlun_stack_components.%s.sha256: %s)"
+                % (digest, want, key, declared_sum),
+                fix,
+            )
+        )
     if not found.get("setup_py"):
-        problems.append((rel, "has no setup.py at its top or in its one top-level directory (%s): the image builds "
-                         "it with setup.py build and install" % (found.get("top_dir") or "none"), fix))
+        problems.append(
+            (
+                rel,
+                "has no setup.py at its top or in its one top-level directory (%s): the image builds "
+                "it with setup.py build and install" % (found.get("top_dir") or "none"),
+                fix,
+            )
+        )
     return problems
 
 
@@ -164,18 +232,45 @@ def identity_problems(spec, found, file_name, rel, digest=None):
     kind = spec["kind"]
     if kind == "installer":
         if found.get("installer") != spec["installer"]:
-            problems.append((rel, "%s, not %s" % (
-                INSTALLERS.get(found.get("installer"), {}).get("what", "another installer"), describe(spec)), fix))
+            problems.append(
+                (
+                    rel,
+                    "%s, not %s"
+                    % (INSTALLERS.get(found.get("installer"), {}).get("what", "another installer"), describe(spec)),
+                    fix,
+                )
+            )
         elif found.get("version") != spec["version"]:
-            problems.append((rel, "its header says version %s, the pin is %s" % (
-                found.get("version") or "nothing", spec["version"]), fix))
+            problems.append(
+                (
+                    rel,
+                    "its header says version %s, the pin is %s" % (found.get("version") or "nothing", spec["version"]),
+                    fix,
+                )
+            )
     elif kind in ("wheel", "source"):
         if normalize(found.get("name")) != normalize(spec["name"]):
-            problems.append((rel, "%s says it is %s, not %s" % (
-                "its METADATA" if kind == "wheel" else "the source", found.get("name") or "nothing", spec["name"]), fix))
+            problems.append(
+                (
+                    rel,
+                    "%s says it is %s, not %s"
+                    % (
+                        "its METADATA" if kind == "wheel" else "the source",
+                        found.get("name") or "nothing",
+                        spec["name"],
+                    ),
+                    fix,
+                )
+            )
         elif kind == "wheel" and found.get("version") != spec["version"]:
-            problems.append((rel, "%s %s, the pin is %s" % (found.get("name"), found.get("version") or "(no version)",
-                                                            spec["version"]), fix))
+            problems.append(
+                (
+                    rel,
+                    "%s %s, the pin is %s"
+                    % (found.get("name"), found.get("version") or "(no version)", spec["version"]),
+                    fix,
+                )
+            )
         if kind == "wheel" and not problems:
             try:
                 parsed = parse_wheel_name(file_name)
@@ -184,15 +279,21 @@ def identity_problems(spec, found, file_name, rel, digest=None):
             if normalize(parsed["name"]) != normalize(found["name"]):
                 problems.append((rel, "its file name says %s, its METADATA %s" % (parsed["name"], found["name"]), fix))
             elif spec.get("check_file_version", True) and parsed["version"] != found["version"]:
-                problems.append((rel, "its file name says version %s, its METADATA %s" % (
-                    parsed["version"], found["version"]), fix))
+                problems.append(
+                    (rel, "its file name says version %s, its METADATA %s" % (parsed["version"], found["version"]), fix)
+                )
         if kind == "source" and not problems:
             problems = source_problems(spec, found, rel, digest)
     elif kind == "image":
         if spec["reference"] not in (found.get("repo_tags") or []):
-            problems.append((rel, "holds %s, not %s" % (", ".join(found.get("repo_tags") or []) or "no tagged image",
-                                                        spec["reference"]),
-                             "docker save %s > the archive" % spec["reference"]))
+            problems.append(
+                (
+                    rel,
+                    "holds %s, not %s"
+                    % (", ".join(found.get("repo_tags") or []) or "no tagged image", spec["reference"]),
+                    "docker save %s > the archive" % spec["reference"],
+                )
+            )
     return problems
 
 
@@ -222,8 +323,9 @@ def model_problems(bundle_dir, spec, manifest_rel, directory, sums=None):
         if name not in present:
             problems.append((rel, "listed in the model's manifest but missing", fix))
         elif sums is not None and rel in sums and sums[rel] != digest:
-            problems.append((rel, "the model's manifest says sha256 %s, %s says %s" % (digest, MANIFEST, sums[rel]),
-                             fix))
+            problems.append(
+                (rel, "the model's manifest says sha256 %s, %s says %s" % (digest, MANIFEST, sums[rel]), fix)
+            )
     config = os.path.join(root, "config.json")
     if "config.json" not in present:
         problems.append(("%s/config.json" % directory, "missing: the model directory has no config.json", fix))
@@ -251,20 +353,31 @@ def _entry_problems(bundle_dir, key, entry, spec, sums, cache, identities=None):
         return []
     problems = []
     if str(entry.get("sha256") or "").lower() != sums[rel]:
-        problems.append((rel, "bundle.yml says sha256 %s for %s, %s says %s" % (
-            entry.get("sha256"), key, MANIFEST, sums[rel]), fix))
+        problems.append(
+            (rel, "bundle.yml says sha256 %s for %s, %s says %s" % (entry.get("sha256"), key, MANIFEST, sums[rel]), fix)
+        )
     if spec["sha256"] and sums[rel] != spec["sha256"]:
-        problems.append((rel, "sha256 %s is not the package index's %s for %s (kunlun_stack_index_sha256.%s)" % (
-            sums[rel], spec["sha256"], describe(spec), key),
-            "download the index's file again (%s); a file pinned otherwise on purpose goes with its digest in "
-            "the inventory's kunlun_stack_index_sha256 (`kunlun-fleet bundle check` reads it with --inventory INV)"
-            % fix))
+        problems.append(
+            (
+                rel,
+                "sha256 %s is not the package index's %s for %s (kunlun_stack_index_sha256.%s)"
+                % (sums[rel], spec["sha256"], describe(spec), key),
+                "download the index's file again (%s); a file pinned otherwise on purpose goes with its digest in "
+                "the inventory's kunlun_stack_index_sha256 (`kunlun-fleet bundle check` reads it with --inventory INV)"
+                % fix,
+            )
+        )
     if spec["kind"] == "model":
         directory = entry.get("directory") or ""
         want = "%s/%s" % (LAYOUT["model"], spec["directory"])
         if directory != want:
-            return problems + [(INDEX, "model: the directory is %r, the pin's is %s (kunlun_stack_model.directory)"
-                                % (directory, want), fix)]
+            return problems + [
+                (
+                    INDEX,
+                    "model: the directory is %r, the pin's is %s (kunlun_stack_model.directory)" % (directory, want),
+                    fix,
+                )
+            ]
         return problems + model_problems(bundle_dir, spec, rel, directory, sums)
     found = cache.metadata(full, cache_key(spec["kind"]), READERS[spec["kind"]])
     if identities is not None:
@@ -272,8 +385,9 @@ def _entry_problems(bundle_dir, key, entry, spec, sums, cache, identities=None):
     problems += identity_problems(spec, found, os.path.basename(rel), rel, sums[rel])
     said = entry.get("version")
     if spec["kind"] != "image" and "error" not in found and said is not None and str(said) != found.get("version"):
-        problems.append((rel, "bundle.yml says version %s for %s, the file says %s" % (
-            said, key, found.get("version")), fix))
+        problems.append(
+            (rel, "bundle.yml says version %s for %s, the file says %s" % (said, key, found.get("version")), fix)
+        )
     return problems
 
 
@@ -283,8 +397,14 @@ def index_problems(bundle_dir, index, pins, keys, sums, cache, index_all=False, 
     each file says of itself (artifact_identity), by key."""
     fix = build_fix(bundle_dir)
     if not isinstance(index, dict) or index.get("format") != FORMAT:
-        return [(INDEX, "is format %s; this kunlun-fleet reads format %d" % (
-            index.get("format") if isinstance(index, dict) else "unknown", FORMAT), fix)]
+        return [
+            (
+                INDEX,
+                "is format %s; this kunlun-fleet reads format %d"
+                % (index.get("format") if isinstance(index, dict) else "unknown", FORMAT),
+                fix,
+            )
+        ]
     entries = index.get("artifacts") or {}
     specs = expected(pins)
     wanted = list(keys) + ([k for k in specs if k in entries and k not in keys] if index_all else [])
@@ -292,10 +412,15 @@ def index_problems(bundle_dir, index, pins, keys, sums, cache, index_all=False, 
     for key in wanted:
         spec = specs.get(key)
         if spec is None and key in (pins.get("kunlun_stack_components") or {}):
-            problems.append(("kunlun_stack_components.%s" % key, "names no wheel, installer or source: nothing says "
-                             "which bundle file it is (an override written for an older kunlun-fleet, with `artifact`?)",
-                             "give it the `wheel`, `installer` or `source` of roles/kunlun_stack/defaults/main.yml "
-                             "(docs/bundle.md)"))
+            problems.append(
+                (
+                    "kunlun_stack_components.%s" % key,
+                    "names no wheel, installer or source: nothing says "
+                    "which bundle file it is (an override written for an older kunlun-fleet, with `artifact`?)",
+                    "give it the `wheel`, `installer` or `source` of roles/kunlun_stack/defaults/main.yml "
+                    "(docs/bundle.md)",
+                )
+            )
             continue
         if spec is None:
             problems.append((INDEX, "%s is no pinned artifact" % key, "ask for a pin key of kunlun_stack"))
@@ -308,8 +433,18 @@ def index_problems(bundle_dir, index, pins, keys, sums, cache, index_all=False, 
     return problems
 
 
-def check(bundle_dir, pins, index, artifacts=(), required=(), cache_path=None, only_required=False,
-          index_all=False, sums_out=None, identities_out=None):
+def check(
+    bundle_dir,
+    pins,
+    index,
+    artifacts=(),
+    required=(),
+    cache_path=None,
+    only_required=False,
+    index_all=False,
+    sums_out=None,
+    identities_out=None,
+):
     """Problems of a bundle, [(relative path, what is wrong, fix)], empty when sound.
 
     The manifest as bundle_manifest.check_bundle verifies it (`required` paths, or with
@@ -323,8 +458,14 @@ def check(bundle_dir, pins, index, artifacts=(), required=(), cache_path=None, o
     if use_index and not os.path.isfile(os.path.join(bundle_dir, INDEX)):
         if not os.path.isdir(bundle_dir):
             return check_bundle(bundle_dir, [], cache_path)
-        return [(INDEX, "missing from %s: the bundle was not made by `kunlun-fleet bundle build`, so nothing says "
-                 "which file is which pinned artifact" % bundle_dir, build_fix(bundle_dir))]
+        return [
+            (
+                INDEX,
+                "missing from %s: the bundle was not made by `kunlun-fleet bundle build`, so nothing says "
+                "which file is which pinned artifact" % bundle_dir,
+                build_fix(bundle_dir),
+            )
+        ]
     cache = SumCache(cache_path)
     required = list(required)
     try:

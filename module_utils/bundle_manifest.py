@@ -128,12 +128,22 @@ def check_bundle(bundle_dir, required, cache_path=None, only_required=False, sum
     problems = []
     manifest_path = os.path.join(bundle_dir, MANIFEST)
     if not os.path.isdir(bundle_dir):
-        return [(bundle_dir, "the bundle directory does not exist",
-                 "set kunlun_stack_bundle_dir to the directory holding the offline bundle")]
+        return [
+            (
+                bundle_dir,
+                "the bundle directory does not exist",
+                "set kunlun_stack_bundle_dir to the directory holding the offline bundle",
+            )
+        ]
     if not os.path.isfile(manifest_path):
-        return [(MANIFEST, "missing from %s" % bundle_dir,
-                 "build the bundle with `kunlun-fleet bundle build %s --vendor VDIR` (it writes the manifest; "
-                 "docs/bundle.md)" % bundle_dir)]
+        return [
+            (
+                MANIFEST,
+                "missing from %s" % bundle_dir,
+                "build the bundle with `kunlun-fleet bundle build %s --vendor VDIR` (it writes the manifest; "
+                "docs/bundle.md)" % bundle_dir,
+            )
+        ]
     try:
         sums = read_manifest(bundle_dir)
     except ValueError as exc:
@@ -156,8 +166,13 @@ def check_bundle(bundle_dir, required, cache_path=None, only_required=False, sum
             continue
         found = cache.digest(path)
         if found != want:
-            problems.append((rel, "checksum mismatch: sha256 %s, the manifest says %s" % (found, want),
-                             "replace it with the file the manifest describes (a corrupt or different download)"))
+            problems.append(
+                (
+                    rel,
+                    "checksum mismatch: sha256 %s, the manifest says %s" % (found, want),
+                    "replace it with the file the manifest describes (a corrupt or different download)",
+                )
+            )
     if own_cache:
         cache.save()
     return problems

@@ -16,42 +16,43 @@ import time
 
 __metaclass__ = type
 
-JOURNAL_NAME = '.kunlun-carry-over.json'
+JOURNAL_NAME = ".kunlun-carry-over.json"
 JOURNAL_FORMAT = 1
 
 # Phases of a carry-over, in order. The journal records the last one reached.
-PHASES = ('new', 'copying', 'copied', 'verified', 'switching', 'switched')
+PHASES = ("new", "copying", "copied", "verified", "switching", "switched")
 
 BLOCK = 64 * 1024
 _ZERO = bytes(BLOCK)
-_SEEK_DATA = getattr(os, 'SEEK_DATA', 3)
-_SEEK_HOLE = getattr(os, 'SEEK_HOLE', 4)
-_O_NOATIME = getattr(os, 'O_NOATIME', 0)
+_SEEK_DATA = getattr(os, "SEEK_DATA", 3)
+_SEEK_HOLE = getattr(os, "SEEK_HOLE", 4)
+_O_NOATIME = getattr(os, "O_NOATIME", 0)
 
 
 def display(path):
     """A printable form of a file name (names may hold any byte but / and NUL)."""
     raw = os.fsencode(path)
-    text = raw.decode('utf-8', 'backslashreplace')
-    return text.replace('\n', '\\n').replace('\t', '\\t')
+    text = raw.decode("utf-8", "backslashreplace")
+    return text.replace("\n", "\\n").replace("\t", "\\t")
 
 
 def slug(path):
     """'/var/lib/docker' -> 'var-lib-docker' (for lock and state file names)."""
-    s = re.sub(r'[^A-Za-z0-9_.]+', '-', path.strip('/'))
-    return s or 'root'
+    s = re.sub(r"[^A-Za-z0-9_.]+", "-", path.strip("/"))
+    return s or "root"
 
 
 def human(n):
     n = float(n)
-    for unit in ('B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'):
-        if abs(n) < 1024 or unit == 'PiB':
-            return '%.1f %s' % (n, unit) if unit != 'B' else '%d B' % n
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return "%.1f %s" % (n, unit) if unit != "B" else "%d B" % n
         n /= 1024.0
-    return '%d B' % n
+    return "%d B" % n
 
 
 # --------------------------------------------------------------------------- content
+
 
 def content_digest(path, size=None):
     """sha256 over the file's content, independent of how it is laid out on disk.
@@ -62,7 +63,7 @@ def content_digest(path, size=None):
     holes (rsync -S) gets the same digest as its dense source, while any differing byte
     changes it. The file is opened with O_NOATIME so verifying leaves access times alone.
     """
-    flags = os.O_RDONLY | getattr(os, 'O_NOFOLLOW', 0)
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
     try:
         fd = os.open(path, flags | _O_NOATIME)
     except OSError as e:
@@ -96,21 +97,21 @@ def content_digest(path, size=None):
                 chunk = os.read(fd, BLOCK)
                 if not chunk:
                     break
-                if chunk != _ZERO[:len(chunk)]:
-                    h.update(struct.pack('<Q', off))
+                if chunk != _ZERO[: len(chunk)]:
+                    h.update(struct.pack("<Q", off))
                     h.update(chunk)
                 off += len(chunk)
             done = off
             pos = max(hole, off)
     finally:
         os.close(fd)
-    h.update(struct.pack('<Q', size))
+    h.update(struct.pack("<Q", size))
     return h.hexdigest()
 
 
 # XFS shows its on-disk form of POSIX ACLs to root as these trusted.* names; the ACLs
 # themselves are compared as system.posix_acl_access / system.posix_acl_default.
-_FS_INTERNAL_XATTRS = frozenset(['trusted.SGI_ACL_FILE', 'trusted.SGI_ACL_DEFAULT'])
+_FS_INTERNAL_XATTRS = frozenset(["trusted.SGI_ACL_FILE", "trusted.SGI_ACL_DEFAULT"])
 
 
 def _xattrs(path):
@@ -136,20 +137,20 @@ def _xattrs(path):
 
 def _kind(mode):
     if stat.S_ISREG(mode):
-        return 'f'
+        return "f"
     if stat.S_ISDIR(mode):
-        return 'd'
+        return "d"
     if stat.S_ISLNK(mode):
-        return 'l'
+        return "l"
     if stat.S_ISFIFO(mode):
-        return 'p'
+        return "p"
     if stat.S_ISSOCK(mode):
-        return 's'
+        return "s"
     if stat.S_ISCHR(mode):
-        return 'c'
+        return "c"
     if stat.S_ISBLK(mode):
-        return 'b'
-    return '?'
+        return "b"
+    return "?"
 
 
 class TreeScan(object):
@@ -176,16 +177,16 @@ class TreeScan(object):
     def _record(self, rel, full, st):
         kind = _kind(st.st_mode)
         rec = [kind, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid]
-        if kind == 'f':
+        if kind == "f":
             rec.append(st.st_size)
             rec.append(st.st_mtime_ns)
             rec.append(content_digest(full, st.st_size) if self.hash_content else None)
-        elif kind == 'l':
+        elif kind == "l":
             rec.append(os.readlink(full))
             rec.append(st.st_mtime_ns)
-        elif kind == 'd':
+        elif kind == "d":
             rec.append(st.st_mtime_ns)
-        elif kind in ('c', 'b'):
+        elif kind in ("c", "b"):
             rec.append((os.major(st.st_rdev), os.minor(st.st_rdev)))
             rec.append(st.st_mtime_ns)
         else:
@@ -196,11 +197,11 @@ class TreeScan(object):
     def scan(self):
         root_st = os.lstat(self.root)
         if not stat.S_ISDIR(root_st.st_mode):
-            raise OSError(errno.ENOTDIR, 'not a directory', self.root)
+            raise OSError(errno.ENOTDIR, "not a directory", self.root)
         dev = root_st.st_dev
         seen_inodes = set()
-        self._account('', self.root, root_st, seen_inodes)
-        stack = ['']
+        self._account("", self.root, root_st, seen_inodes)
+        stack = [""]
         while stack:
             rel = stack.pop()
             path = os.path.join(self.root, rel) if rel else self.root
@@ -234,9 +235,9 @@ class TreeScan(object):
             if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
                 seen_inodes.add(key)
         if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
-            self.hardlinks.setdefault(st.st_ino, []).append(rel or '.')
+            self.hardlinks.setdefault(st.st_ino, []).append(rel or ".")
         if self.hash_content:
-            self.records[rel or '.'] = self._record(rel, full, st)
+            self.records[rel or "."] = self._record(rel, full, st)
 
     def link_groups(self):
         """Hard-link groups as a set of frozensets of relative paths (size > 1)."""
@@ -244,31 +245,31 @@ class TreeScan(object):
 
     def summary(self):
         return {
-            'entries': self.entries,
-            'files': self.files,
-            'dirs': self.dirs,
-            'bytes': self.bytes,
-            'allocated_bytes': self.allocated,
-            'hardlink_groups': len(self.link_groups()),
+            "entries": self.entries,
+            "files": self.files,
+            "dirs": self.dirs,
+            "bytes": self.bytes,
+            "allocated_bytes": self.allocated,
+            "hardlink_groups": len(self.link_groups()),
         }
 
     def manifest_digest(self):
         h = hashlib.sha256()
         for rel in sorted(self.records):
-            h.update(os.fsencode(rel) + b'\0' + repr(self.records[rel]).encode('utf-8', 'backslashreplace') + b'\n')
+            h.update(os.fsencode(rel) + b"\0" + repr(self.records[rel]).encode("utf-8", "backslashreplace") + b"\n")
         for group in sorted(sorted(os.fsencode(p) for p in g) for g in self.link_groups()):
-            h.update(b'L' + b'\0'.join(group) + b'\n')
+            h.update(b"L" + b"\0".join(group) + b"\n")
         return h.hexdigest()
 
 
 _FIELDS = {
-    'f': ('type', 'mode', 'uid', 'gid', 'size', 'mtime_ns', 'sha256', 'xattrs'),
-    'l': ('type', 'mode', 'uid', 'gid', 'target', 'mtime_ns', 'xattrs'),
-    'd': ('type', 'mode', 'uid', 'gid', 'mtime_ns', 'xattrs'),
-    'c': ('type', 'mode', 'uid', 'gid', 'rdev', 'mtime_ns', 'xattrs'),
-    'b': ('type', 'mode', 'uid', 'gid', 'rdev', 'mtime_ns', 'xattrs'),
+    "f": ("type", "mode", "uid", "gid", "size", "mtime_ns", "sha256", "xattrs"),
+    "l": ("type", "mode", "uid", "gid", "target", "mtime_ns", "xattrs"),
+    "d": ("type", "mode", "uid", "gid", "mtime_ns", "xattrs"),
+    "c": ("type", "mode", "uid", "gid", "rdev", "mtime_ns", "xattrs"),
+    "b": ("type", "mode", "uid", "gid", "rdev", "mtime_ns", "xattrs"),
 }
-_DEFAULT_FIELDS = ('type', 'mode', 'uid', 'gid', 'mtime_ns', 'xattrs')
+_DEFAULT_FIELDS = ("type", "mode", "uid", "gid", "mtime_ns", "xattrs")
 
 
 def compare_scans(src, dst, limit=20):
@@ -289,26 +290,26 @@ def compare_scans(src, dst, limit=20):
         if len(diffs) >= limit:
             continue
         if b is None:
-            diffs.append('%s: missing in the copy' % display(rel))
+            diffs.append("%s: missing in the copy" % display(rel))
         elif a is None:
-            diffs.append('%s: present in the copy only' % display(rel))
+            diffs.append("%s: present in the copy only" % display(rel))
         elif a[0] != b[0]:
-            diffs.append('%s: type %s in the source, %s in the copy' % (display(rel), a[0], b[0]))
+            diffs.append("%s: type %s in the source, %s in the copy" % (display(rel), a[0], b[0]))
         else:
             names = _FIELDS.get(a[0], _DEFAULT_FIELDS)
             what = [n for n, x, y in zip(names, a, b) if x != y]
-            diffs.append('%s: %s differ' % (display(rel), ', '.join(what)))
+            diffs.append("%s: %s differ" % (display(rel), ", ".join(what)))
     ga, gb = src.link_groups(), dst.link_groups()
     for g in sorted(ga - gb, key=lambda g: sorted(g)):
         count += 1
         if len(diffs) < limit:
-            diffs.append('hard-link group not preserved: %s' % ', '.join(display(p) for p in sorted(g)))
+            diffs.append("hard-link group not preserved: %s" % ", ".join(display(p) for p in sorted(g)))
     for g in sorted(gb - ga, key=lambda g: sorted(g)):
         count += 1
         if len(diffs) < limit:
-            diffs.append('hard-link group only in the copy: %s' % ', '.join(display(p) for p in sorted(g)))
+            diffs.append("hard-link group only in the copy: %s" % ", ".join(display(p) for p in sorted(g)))
     if count > len(diffs):
-        diffs.append('... and %d more differences' % (count - len(diffs)))
+        diffs.append("... and %d more differences" % (count - len(diffs)))
     return diffs
 
 
@@ -316,36 +317,44 @@ def mismatched_paths(src, dst):
     """Relative paths whose copy must be redone (entries differing or mis-linked)."""
     out = set()
     for rel in set(src.records) | set(dst.records):
-        if rel != '.' and src.records.get(rel) != dst.records.get(rel):
+        if rel != "." and src.records.get(rel) != dst.records.get(rel):
             out.add(rel)
     for g in src.link_groups() ^ dst.link_groups():
         out.update(g)
-    out.discard('.')
+    out.discard(".")
     return sorted(out)
 
 
 # --------------------------------------------------------------------------- room
+
 
 def room_problem(needed_bytes, available_bytes, margin_percent, what, where, fix):
     """None when the content fits, else the refusal message."""
     want = int(needed_bytes * (100 + margin_percent) / 100.0)
     if want <= available_bytes:
         return None
-    return ('not enough room: %s needs %s (%s + %d%% margin) but %s has %s available; %s'
-            % (what, human(want), human(needed_bytes), margin_percent, where,
-               human(available_bytes), fix))
+    return "not enough room: %s needs %s (%s + %d%% margin) but %s has %s available; %s" % (
+        what,
+        human(want),
+        human(needed_bytes),
+        margin_percent,
+        where,
+        human(available_bytes),
+        fix,
+    )
 
 
 # --------------------------------------------------------------------------- journal
 
+
 def now():
-    return time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def read_journal(path):
     """The journal dict, or None if there is none. Raises ValueError on a broken one."""
     try:
-        with open(path, 'r') as f:
+        with open(path, "r") as f:
             text = f.read()
     except IOError as e:
         if e.errno == errno.ENOENT:
@@ -354,37 +363,39 @@ def read_journal(path):
     try:
         data = json.loads(text)
     except ValueError as e:
-        raise ValueError('journal %s is not valid JSON (%s)' % (path, e))
-    if not isinstance(data, dict) or data.get('format') != JOURNAL_FORMAT or data.get('phase') not in PHASES:
-        raise ValueError('journal %s is not a carry-over journal of format %d' % (path, JOURNAL_FORMAT))
+        raise ValueError("journal %s is not valid JSON (%s)" % (path, e))
+    if not isinstance(data, dict) or data.get("format") != JOURNAL_FORMAT or data.get("phase") not in PHASES:
+        raise ValueError("journal %s is not a carry-over journal of format %d" % (path, JOURNAL_FORMAT))
     return data
 
 
 def new_journal(src, target, device=None, uuid=None):
     return {
-        'format': JOURNAL_FORMAT,
-        'src': src,
-        'target': target,
-        'device': device,
-        'uuid': uuid,
-        'phase': 'new',
-        'started': now(),
-        'updated': now(),
-        'runs': 0,
-        'history': [],
-        'note': ('Written by the kunlun-fleet carry_over module. The source directory is '
-                 'never deleted: after the switch its old content stays on the old '
-                 'filesystem, underneath the mount point.'),
+        "format": JOURNAL_FORMAT,
+        "src": src,
+        "target": target,
+        "device": device,
+        "uuid": uuid,
+        "phase": "new",
+        "started": now(),
+        "updated": now(),
+        "runs": 0,
+        "history": [],
+        "note": (
+            "Written by the kunlun-fleet carry_over module. The source directory is "
+            "never deleted: after the switch its old content stays on the old "
+            "filesystem, underneath the mount point."
+        ),
     }
 
 
 def set_phase(journal, phase, **extra):
     if phase not in PHASES:
-        raise ValueError('unknown phase %s' % phase)
-    journal['phase'] = phase
-    journal['updated'] = now()
-    journal.setdefault('history', []).append({'phase': phase, 'at': journal['updated']})
-    del journal['history'][:-50]
+        raise ValueError("unknown phase %s" % phase)
+    journal["phase"] = phase
+    journal["updated"] = now()
+    journal.setdefault("history", []).append({"phase": phase, "at": journal["updated"]})
+    del journal["history"][:-50]
     journal.update(extra)
     return journal
 
@@ -394,10 +405,10 @@ def write_journal(path, journal, keep_dir_times=True):
     so the copied root directory keeps the source's mtime."""
     d = os.path.dirname(path)
     dst = os.stat(d) if keep_dir_times else None
-    tmp = path + '.tmp'
+    tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        os.write(fd, (json.dumps(journal, indent=2, sort_keys=True) + '\n').encode('utf-8'))
+        os.write(fd, (json.dumps(journal, indent=2, sort_keys=True) + "\n").encode("utf-8"))
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -413,8 +424,9 @@ def write_journal(path, journal, keep_dir_times=True):
 
 # --------------------------------------------------------------------------- mounts
 
+
 def _unescape(s):
-    return re.sub(r'\\([0-7]{3})', lambda m: chr(int(m.group(1), 8)), s)
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), s)
 
 
 def parse_mountinfo(text):
@@ -423,21 +435,23 @@ def parse_mountinfo(text):
     for line in text.splitlines():
         if not line.strip():
             continue
-        left, _, right = line.partition(' - ')
+        left, _, right = line.partition(" - ")
         f = left.split()
         r = right.split()
         if len(f) < 6 or len(r) < 2:
             continue
-        major, _, minor = f[2].partition(':')
-        out.append({
-            'mount_point': _unescape(f[4]),
-            'major': int(major),
-            'minor': int(minor),
-            'root': _unescape(f[3]),
-            'options': f[5],
-            'fstype': r[0],
-            'source': _unescape(r[1]),
-        })
+        major, _, minor = f[2].partition(":")
+        out.append(
+            {
+                "mount_point": _unescape(f[4]),
+                "major": int(major),
+                "minor": int(minor),
+                "root": _unescape(f[3]),
+                "options": f[5],
+                "fstype": r[0],
+                "source": _unescape(r[1]),
+            }
+        )
     return out
 
 
@@ -445,28 +459,29 @@ def mount_at(mounts, path):
     """The topmost mount whose mount point is exactly path, or None."""
     found = None
     for m in mounts:
-        if m['mount_point'] == path:
+        if m["mount_point"] == path:
             found = m
     return found
 
 
 def mounts_of(mounts, major, minor):
-    return [m for m in mounts if (m['major'], m['minor']) == (major, minor)]
+    return [m for m in mounts if (m["major"], m["minor"]) == (major, minor)]
 
 
 def mounts_below(mounts, path):
-    prefix = path.rstrip('/') + '/'
-    return sorted(set(m['mount_point'] for m in mounts if m['mount_point'].startswith(prefix)))
+    prefix = path.rstrip("/") + "/"
+    return sorted(set(m["mount_point"] for m in mounts if m["mount_point"].startswith(prefix)))
 
 
 # --------------------------------------------------------------------------- fstab
 
+
 def _escape_fstab(path):
-    return path.replace('\\', '\\134').replace(' ', '\\040').replace('\t', '\\011').replace('\n', '\\012')
+    return path.replace("\\", "\\134").replace(" ", "\\040").replace("\t", "\\011").replace("\n", "\\012")
 
 
 def fstab_line(uuid, path, fstype, opts):
-    return 'UUID=%s %s %s %s 0 0' % (uuid, _escape_fstab(path), fstype, opts)
+    return "UUID=%s %s %s %s 0 0" % (uuid, _escape_fstab(path), fstype, opts)
 
 
 def fstab_plan(text, path, uuid, fstype, opts, device_aliases=()):
@@ -476,41 +491,44 @@ def fstab_plan(text, path, uuid, fstype, opts, device_aliases=()):
     refusal message when fstab already mounts something else at path.
     """
     want = fstab_line(uuid, path, fstype, opts)
-    ours = set(['UUID=%s' % uuid, '/dev/disk/by-uuid/%s' % uuid]) | set(device_aliases)
+    ours = set(["UUID=%s" % uuid, "/dev/disk/by-uuid/%s" % uuid]) | set(device_aliases)
     lines = text.splitlines()
     hits = []
     for i, line in enumerate(lines):
         s = line.strip()
-        if not s or s.startswith('#'):
+        if not s or s.startswith("#"):
             continue
         f = s.split()
         if len(f) >= 2 and _unescape(f[1]) == path:
             hits.append((i, f))
     if not hits:
-        body = text if (not text or text.endswith('\n')) else text + '\n'
-        return body + want + '\n', None
+        body = text if (not text or text.endswith("\n")) else text + "\n"
+        return body + want + "\n", None
     for i, f in hits:
         spec = f[0]
         if spec.startswith('UUID="') and spec.endswith('"'):
-            spec = 'UUID=' + spec[6:-1]
+            spec = "UUID=" + spec[6:-1]
         if spec not in ours:
-            return text, ('/etc/fstab already mounts %s at %s (line %d: %r); it is not the '
-                          'new volume (UUID=%s). Remove or comment out that line if the new '
-                          'volume is to replace it, or carry the content of %s yourself.'
-                          % (f[0], path, i + 1, lines[i].strip(), uuid, path))
+            return text, (
+                "/etc/fstab already mounts %s at %s (line %d: %r); it is not the "
+                "new volume (UUID=%s). Remove or comment out that line if the new "
+                "volume is to replace it, or carry the content of %s yourself."
+                % (f[0], path, i + 1, lines[i].strip(), uuid, path)
+            )
     i, f = hits[-1]
-    cur = (f + ['0', '0'])[:6]
-    if cur[0].replace('"', '') == 'UUID=%s' % uuid and cur[2] == fstype and cur[3] == opts:
+    cur = (f + ["0", "0"])[:6]
+    if cur[0].replace('"', "") == "UUID=%s" % uuid and cur[2] == fstype and cur[3] == opts:
         return text, None
     lines[i] = want
-    return '\n'.join(lines) + '\n', None
+    return "\n".join(lines) + "\n", None
 
 
 # --------------------------------------------------------------------------- processes
 
-def writers_below(path, proc='/proc', skip_pids=()):
+
+def writers_below(path, proc="/proc", skip_pids=()):
     """Processes holding a file below path open for writing: [(pid, comm, file)]."""
-    prefix = path.rstrip('/') + '/'
+    prefix = path.rstrip("/") + "/"
     out = []
     try:
         pids = [p for p in os.listdir(proc) if p.isdigit()]
@@ -519,7 +537,7 @@ def writers_below(path, proc='/proc', skip_pids=()):
     for pid in pids:
         if int(pid) in skip_pids:
             continue
-        fd_dir = os.path.join(proc, pid, 'fd')
+        fd_dir = os.path.join(proc, pid, "fd")
         try:
             fds = os.listdir(fd_dir)
         except OSError:
@@ -532,50 +550,50 @@ def writers_below(path, proc='/proc', skip_pids=()):
             if not target.startswith(prefix):
                 continue
             try:
-                with open(os.path.join(proc, pid, 'fdinfo', fd)) as f:
+                with open(os.path.join(proc, pid, "fdinfo", fd)) as f:
                     info = f.read()
-                flags = int(re.search(r'^flags:\s*([0-7]+)', info, re.M).group(1), 8)
+                flags = int(re.search(r"^flags:\s*([0-7]+)", info, re.M).group(1), 8)
             except (OSError, IOError, AttributeError, ValueError):
                 continue
             if flags & 3:
                 try:
-                    with open(os.path.join(proc, pid, 'comm')) as f:
+                    with open(os.path.join(proc, pid, "comm")) as f:
                         comm = f.read().strip()
                 except (OSError, IOError):
-                    comm = '?'
+                    comm = "?"
                 out.append((int(pid), comm, target))
                 break
     return out
 
 
-def ancestors(pid=None, proc='/proc'):
+def ancestors(pid=None, proc="/proc"):
     """This process and its ancestors (the connection that runs us)."""
     pid = pid or os.getpid()
     out = set()
     while pid and pid not in out:
         out.add(pid)
         try:
-            with open(os.path.join(proc, str(pid), 'stat')) as f:
+            with open(os.path.join(proc, str(pid), "stat")) as f:
                 data = f.read()
-            pid = int(data.rsplit(')', 1)[1].split()[1])
+            pid = int(data.rsplit(")", 1)[1].split()[1])
         except (OSError, IOError, ValueError, IndexError):
             break
     return out
 
 
-def rsync_pids_for(target, proc='/proc'):
+def rsync_pids_for(target, proc="/proc"):
     """rsync processes writing into target (left over from an interrupted run)."""
-    want = os.fsencode(target.rstrip('/') + '/')
+    want = os.fsencode(target.rstrip("/") + "/")
     out = []
     for pid in os.listdir(proc):
         if not pid.isdigit():
             continue
         try:
-            with open(os.path.join(proc, pid, 'cmdline'), 'rb') as f:
-                argv = f.read().split(b'\0')
+            with open(os.path.join(proc, pid, "cmdline"), "rb") as f:
+                argv = f.read().split(b"\0")
         except (OSError, IOError):
             continue
-        if argv and os.path.basename(argv[0]) == b'rsync' and want in argv:
+        if argv and os.path.basename(argv[0]) == b"rsync" and want in argv:
             out.append(int(pid))
     return out
 
@@ -583,11 +601,13 @@ def rsync_pids_for(target, proc='/proc'):
 def parse_rsync_stats(text):
     """The counters of rsync --stats that tell whether anything was done."""
     out = {}
-    for key, pat in (('created', r'Number of created files:\s*([\d,]+)'),
-                     ('deleted', r'Number of deleted files:\s*([\d,]+)'),
-                     ('transferred', r'Number of regular files transferred:\s*([\d,]+)'),
-                     ('files', r'Number of files:\s*([\d,]+)'),
-                     ('transferred_bytes', r'Total transferred file size:\s*([\d,]+)')):
+    for key, pat in (
+        ("created", r"Number of created files:\s*([\d,]+)"),
+        ("deleted", r"Number of deleted files:\s*([\d,]+)"),
+        ("transferred", r"Number of regular files transferred:\s*([\d,]+)"),
+        ("files", r"Number of files:\s*([\d,]+)"),
+        ("transferred_bytes", r"Total transferred file size:\s*([\d,]+)"),
+    ):
         m = re.search(pat, text)
-        out[key] = int(m.group(1).replace(',', '')) if m else None
+        out[key] = int(m.group(1).replace(",", "")) if m else None
     return out

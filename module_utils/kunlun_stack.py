@@ -74,11 +74,14 @@ def check_known_bad(versions, known_bad):
             continue
         if all(_matches(want, str(versions.get(name, "") or "")) for name, want in when.items()):
             found = ", ".join("%s %s" % (name, versions.get(name)) for name in sorted(when))
-            problems.append(Problem(
-                "known-bad combination",
-                "%s (%s)" % (found, " ".join(str(rule.get("why", "")).split())),
-                "pin the validated combination of roles/kunlun_stack/defaults/main.yml "
-                "(remove the override from your inventory)"))
+            problems.append(
+                Problem(
+                    "known-bad combination",
+                    "%s (%s)" % (found, " ".join(str(rule.get("why", "")).split())),
+                    "pin the validated combination of roles/kunlun_stack/defaults/main.yml "
+                    "(remove the override from your inventory)",
+                )
+            )
     return problems
 
 
@@ -93,12 +96,14 @@ def check_departures(components, validated):
     problems = []
     for name in sorted(expected):
         if versions.get(name, "") != expected[name]:
-            problems.append(Problem(
-                "pin %s" % name.replace("_commit", " commit"),
-                "inventory asks for %r, the validated combination is %r"
-                % (versions.get(name) or "(missing)", expected[name]),
-                "set %s back to %s (only the validated combination is known to load)"
-                % (name, expected[name])))
+            problems.append(
+                Problem(
+                    "pin %s" % name.replace("_commit", " commit"),
+                    "inventory asks for %r, the validated combination is %r"
+                    % (versions.get(name) or "(missing)", expected[name]),
+                    "set %s back to %s (only the validated combination is known to load)" % (name, expected[name]),
+                )
+            )
     return problems
 
 
@@ -130,58 +135,97 @@ def check_serving(args, rules, device_count):
     gmu_max = float(rules.get("gpu_memory_utilization_max", 0.8))
     from_seqs = float(rules.get("gpu_memory_utilization_max_applies_from_max_num_seqs", 256))
     if gmu is None or not 0 < gmu <= 1:
-        problems.append(Problem(
-            "gpu_memory_utilization", "%r is not a fraction in (0, 1]" % args.get("gpu_memory_utilization"),
-            "use 0.75, the measured value"))
+        problems.append(
+            Problem(
+                "gpu_memory_utilization",
+                "%r is not a fraction in (0, 1]" % args.get("gpu_memory_utilization"),
+                "use 0.75, the measured value",
+            )
+        )
     elif seqs is not None and seqs >= from_seqs and gmu > gmu_max:
-        problems.append(Problem(
-            "gpu_memory_utilization",
-            "%s with max_num_seqs %d: the KV cache takes the memory the SSM state needs and "
-            "requests run out of memory under load" % (args.get("gpu_memory_utilization"), seqs),
-            "use at most %s (0.75 is the measured value) or lower max_num_seqs below %d"
-            % (gmu_max, from_seqs)))
+        problems.append(
+            Problem(
+                "gpu_memory_utilization",
+                "%s with max_num_seqs %d: the KV cache takes the memory the SSM state needs and "
+                "requests run out of memory under load" % (args.get("gpu_memory_utilization"), seqs),
+                "use at most %s (0.75 is the measured value) or lower max_num_seqs below %d" % (gmu_max, from_seqs),
+            )
+        )
 
     seqs_max = _as_number(rules.get("max_num_seqs_max", 1024))
     if seqs is None or seqs < 1 or seqs != int(seqs):
-        problems.append(Problem("max_num_seqs", "%r is not a positive whole number" % args.get("max_num_seqs"),
-                                "use 256"))
+        problems.append(
+            Problem("max_num_seqs", "%r is not a positive whole number" % args.get("max_num_seqs"), "use 256")
+        )
     elif seqs_max is not None and seqs > seqs_max:
-        problems.append(Problem("max_num_seqs", "%d is above %d: vllm's warm-up fails" % (seqs, seqs_max),
-                                "use at most %d (256 is the measured value)" % seqs_max))
+        problems.append(
+            Problem(
+                "max_num_seqs",
+                "%d is above %d: vllm's warm-up fails" % (seqs, seqs_max),
+                "use at most %d (256 is the measured value)" % seqs_max,
+            )
+        )
 
     mml = _as_number(args.get("max_model_len"))
     mml_max = _as_number(rules.get("max_model_len_max", 262144))
     if mml is None or mml < 1 or mml != int(mml):
-        problems.append(Problem("max_model_len", "%r is not a positive whole number" % args.get("max_model_len"),
-                                "use %d" % mml_max))
+        problems.append(
+            Problem(
+                "max_model_len", "%r is not a positive whole number" % args.get("max_model_len"), "use %d" % mml_max
+            )
+        )
     elif mml > mml_max:
-        problems.append(Problem(
-            "max_model_len", "%d is beyond the model's native %d (it would need YaRN rope scaling)"
-            % (mml, mml_max), "use at most %d; contexts up to 256K are all that is needed" % mml_max))
+        problems.append(
+            Problem(
+                "max_model_len",
+                "%d is beyond the model's native %d (it would need YaRN rope scaling)" % (mml, mml_max),
+                "use at most %d; contexts up to 256K are all that is needed" % mml_max,
+            )
+        )
     if args.get("rope_scaling"):
-        problems.append(Problem(
-            "rope_scaling", "set to %r: YaRN scaling to 1M must stay off" % (args.get("rope_scaling"),),
-            "remove rope_scaling (leave it null)"))
+        problems.append(
+            Problem(
+                "rope_scaling",
+                "set to %r: YaRN scaling to 1M must stay off" % (args.get("rope_scaling"),),
+                "remove rope_scaling (leave it null)",
+            )
+        )
 
     tp = _as_number(args.get("tensor_parallel_size"))
     if tp is None or tp < 1 or tp != int(tp):
-        problems.append(Problem("tensor_parallel_size", "%r is not a positive whole number"
-                                % args.get("tensor_parallel_size"), "use %d" % device_count))
+        problems.append(
+            Problem(
+                "tensor_parallel_size",
+                "%r is not a positive whole number" % args.get("tensor_parallel_size"),
+                "use %d" % device_count,
+            )
+        )
     elif device_count and (tp > device_count or device_count % int(tp)):
-        problems.append(Problem(
-            "tensor_parallel_size", "%d does not divide the %d accelerators of a host" % (tp, device_count),
-            "use a divisor of %d (8 on a P800 server: one instance over all cards)" % device_count))
+        problems.append(
+            Problem(
+                "tensor_parallel_size",
+                "%d does not divide the %d accelerators of a host" % (tp, device_count),
+                "use a divisor of %d (8 on a P800 server: one instance over all cards)" % device_count,
+            )
+        )
 
     for key in ("dtype", "mamba_ssm_cache_dtype"):
         want = rules.get(key)
         if want and args.get(key) != want:
-            problems.append(Problem(key, "%r, the model is validated only with %s" % (args.get(key), want),
-                                    "set %s: %s" % (key, want)))
+            problems.append(
+                Problem(
+                    key, "%r, the model is validated only with %s" % (args.get(key), want), "set %s: %s" % (key, want)
+                )
+            )
     choices = rules.get("mamba_ssm_cache_dtype_choices")
     if choices and args.get("mamba_ssm_cache_dtype") not in choices:
-        problems.append(Problem("mamba_ssm_cache_dtype", "%r is not one of vllm's choices %s"
-                                % (args.get("mamba_ssm_cache_dtype"), ", ".join(choices)),
-                                "set it to float16"))
+        problems.append(
+            Problem(
+                "mamba_ssm_cache_dtype",
+                "%r is not one of vllm's choices %s" % (args.get("mamba_ssm_cache_dtype"), ", ".join(choices)),
+                "set it to float16",
+            )
+        )
     problems.extend(check_quantization(args, rules))
     return problems
 
@@ -197,16 +241,27 @@ def check_quantization(args, rules):
     method = str(method)
     if method not in methods:
         close = difflib.get_close_matches(method, methods, n=1, cutoff=0.5)
-        return [Problem(
-            "quantization", "%r is not a method the pinned stack provides (vllm's, with none added by vllm-kunlun): "
-            "vllm refuses it when it starts" % method,
-            "%sset quantization to the model's quant_method (one of %s)"
-            % ("did you mean %s? " % close[0] if close else "", ", ".join(methods)))]
-    if method in [str(m) for m in rules.get("quantization_deprecated") or []] \
-            and args.get("allow_deprecated_quantization") is not True:
-        return [Problem("quantization", "%r is deprecated in the pinned vllm: it refuses it at start without "
-                        "--allow-deprecated-quantization" % method,
-                        "use the model's quant_method, or set allow_deprecated_quantization: true")]
+        return [
+            Problem(
+                "quantization",
+                "%r is not a method the pinned stack provides (vllm's, with none added by vllm-kunlun): "
+                "vllm refuses it when it starts" % method,
+                "%sset quantization to the model's quant_method (one of %s)"
+                % ("did you mean %s? " % close[0] if close else "", ", ".join(methods)),
+            )
+        ]
+    if (
+        method in [str(m) for m in rules.get("quantization_deprecated") or []]
+        and args.get("allow_deprecated_quantization") is not True
+    ):
+        return [
+            Problem(
+                "quantization",
+                "%r is deprecated in the pinned vllm: it refuses it at start without "
+                "--allow-deprecated-quantization" % method,
+                "use the model's quant_method, or set allow_deprecated_quantization: true",
+            )
+        ]
     return []
 
 

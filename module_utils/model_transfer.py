@@ -57,30 +57,43 @@ def plan(hosts, per_source=2, origin_hosts=1, peers=True):
             assignments[name] = dict(wave=0, source=ORIGIN, source_address=None, fallbacks=[])
         waves.append(dict(wave=0, sources=[ORIGIN], pullers=list(first)))
         complete.extend(first)
-        pullers = pullers[len(first):]
+        pullers = pullers[len(first) :]
     wave = 0
     while pullers:
         wave += 1
         sources = list(complete)
-        taken = pullers[:len(sources) * per_source]
+        taken = pullers[: len(sources) * per_source]
         for index, name in enumerate(taken):
             own = index % len(sources)
             rotated = sources[own:] + sources[:own]
             assignments[name] = dict(
-                wave=wave, source=rotated[0], source_address=address[rotated[0]],
-                fallbacks=[dict(name=s, address=address[s]) for s in rotated[1:]])
-        waves.append(dict(wave=wave, sources=sources, pullers=list(taken),
-                          per_source=dict((s, sum(1 for n in taken if assignments[n]["source"] == s))
-                                          for s in sources)))
+                wave=wave,
+                source=rotated[0],
+                source_address=address[rotated[0]],
+                fallbacks=[dict(name=s, address=address[s]) for s in rotated[1:]],
+            )
+        waves.append(
+            dict(
+                wave=wave,
+                sources=sources,
+                pullers=list(taken),
+                per_source=dict((s, sum(1 for n in taken if assignments[n]["source"] == s)) for s in sources),
+            )
+        )
         complete.extend(taken)
-        pullers = pullers[len(taken):]
+        pullers = pullers[len(taken) :]
     # every host that serves in some wave (as a puller's first source or as a fallback)
     sources_used = sorted(set(s for w in waves for s in w["sources"] if s != ORIGIN))
-    return dict(assignments=assignments, waves=waves, wave_count=len(waves),
-                last_wave=waves[-1]["wave"] if waves else -1,
-                peer_waves=[w["wave"] for w in waves if w["wave"] > 0],
-                origin_hosts=[n for n, a in sorted(assignments.items()) if a["source"] == ORIGIN],
-                sources=sources_used, hosts_to_fetch=len(assignments))
+    return dict(
+        assignments=assignments,
+        waves=waves,
+        wave_count=len(waves),
+        last_wave=waves[-1]["wave"] if waves else -1,
+        peer_waves=[w["wave"] for w in waves if w["wave"] > 0],
+        origin_hosts=[n for n, a in sorted(assignments.items()) if a["source"] == ORIGIN],
+        sources=sources_used,
+        hosts_to_fetch=len(assignments),
+    )
 
 
 # -------------------------------------------------------------------------- the fetch
@@ -113,7 +126,7 @@ def _hash_prefix(path):
 def _split(url):
     if not url.startswith("http://"):
         raise ValueError("only http:// sources are supported, not %r" % url)
-    rest = url[len("http://"):]
+    rest = url[len("http://") :]
     hostport, _, base = rest.partition("/")
     host, _, port = hostport.rpartition(":")
     if not host:
@@ -124,8 +137,19 @@ def _split(url):
 class Fetcher(object):
     """Fetch files from a list of sources [{"name", "url"}] into dest, resumable and verified."""
 
-    def __init__(self, dest, partial_dir, sources, timeout=30, busy_wait=600, mode=None, uid=-1, gid=-1,
-                 sleep=time.sleep, clock=time.time):
+    def __init__(
+        self,
+        dest,
+        partial_dir,
+        sources,
+        timeout=30,
+        busy_wait=600,
+        mode=None,
+        uid=-1,
+        gid=-1,
+        sleep=time.sleep,
+        clock=time.time,
+    ):
         self.dest, self.partial_dir = dest, partial_dir
         self.sources = list(sources)
         self.timeout, self.busy_wait = timeout, busy_wait
@@ -248,8 +272,9 @@ class Fetcher(object):
                 os.chown(partial, self.uid, self.gid)
             os.rename(partial, final)
             _fsync_dir(os.path.dirname(final))
-            self.files.append(dict(path=rel, source=source["name"], bytes=os.path.getsize(final),
-                                   resumed_from=resumed_from))
+            self.files.append(
+                dict(path=rel, source=source["name"], bytes=os.path.getsize(final), resumed_from=resumed_from)
+            )
             return
 
     def fetch(self, files):
@@ -264,10 +289,13 @@ class Fetcher(object):
     def _message(self, rel, partial):
         tried = ["%s (%s): %s" % (f["source"], f["url"], f["error"]) for f in self.failures if f["file"] == rel]
         kept = os.path.getsize(partial) if os.path.isfile(partial) else 0
-        return ("could not fetch %s from any source: %s. %s" % (
-            rel, "; ".join(tried) or "no source given",
-            ("The partial file %s (%d bytes) is kept; the next run continues it." % (partial, kept)) if kept
-            else "Nothing was written to the model directory."))
+        return "could not fetch %s from any source: %s. %s" % (
+            rel,
+            "; ".join(tried) or "no source given",
+            ("The partial file %s (%d bytes) is kept; the next run continues it." % (partial, kept))
+            if kept
+            else "Nothing was written to the model directory.",
+        )
 
 
 def _quote(part):

@@ -51,8 +51,9 @@ def resolve_batches(batches, total):
 def host_capacity(curve, ttft_p99_s=None):
     """(concurrency one host carries, or None, note). curve: [{concurrency, output_tok_s,
     ttft_p99_s}] as results.json's plan.per_host_curve."""
-    rows = sorted((float(r["concurrency"]), float(r["output_tok_s"]), float(r.get("ttft_p99_s") or 0.0))
-                  for r in (curve or []))
+    rows = sorted(
+        (float(r["concurrency"]), float(r["output_tok_s"]), float(r.get("ttft_p99_s") or 0.0)) for r in (curve or [])
+    )
     if not rows:
         return None, "no per-host curve (no bench results)"
     usable = [r for r in rows if ttft_p99_s is None or r[2] <= ttft_p99_s]
@@ -69,7 +70,10 @@ def host_capacity(curve, ttft_p99_s=None):
     best = max(sorted(usable), key=lambda r: r[1])
     limit = "" if ttft_p99_s is None else " within TTFT p99 %.3g s" % ttft_p99_s
     return best[0], "a host carries %.0f concurrent: its best output, %.0f tok/s, on the bench's curve%s" % (
-        best[0], best[1], limit)
+        best[0],
+        best[1],
+        limit,
+    )
 
 
 def in_flight(metrics_text):
@@ -130,8 +134,21 @@ def describe(verdict, batch, capacity, capacity_note, action):
     """The one line the rollout prints before a batch."""
     hosts = ", ".join(batch) or "no host"
     if capacity is None:
-        return "capacity: %s; %d request(s) in flight on %d serving host(s); taking out %s: %s (only serve_max_unavailable bounds the batch)" % (
-            capacity_note, verdict["load"], verdict["serving"], hosts, action)
-    return ("capacity: %d request(s) in flight on %d serving host(s); taking out %s leaves %d host(s) x %.0f = %.0f "
-            "concurrent (%s): %s" % (verdict["load"], verdict["serving"], hosts, verdict["remaining"], capacity,
-                                    verdict["capacity_left"], capacity_note, action))
+        return (
+            "capacity: %s; %d request(s) in flight on %d serving host(s); taking out %s: %s (only serve_max_unavailable bounds the batch)"
+            % (capacity_note, verdict["load"], verdict["serving"], hosts, action)
+        )
+    return (
+        "capacity: %d request(s) in flight on %d serving host(s); taking out %s leaves %d host(s) x %.0f = %.0f "
+        "concurrent (%s): %s"
+        % (
+            verdict["load"],
+            verdict["serving"],
+            hosts,
+            verdict["remaining"],
+            capacity,
+            verdict["capacity_left"],
+            capacity_note,
+            action,
+        )
+    )

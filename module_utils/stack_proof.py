@@ -37,7 +37,7 @@ __metaclass__ = type
 # Marker in front of the probe's JSON line, so output an import prints is ignored.
 PROBE_MARKER = "KUNLUN_STACK_PROOF "
 
-PROBE_SOURCE = r'''
+PROBE_SOURCE = r"""
 import json, os, platform, sys, sysconfig, site
 MARK = "KUNLUN_STACK_PROOF "
 req = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
@@ -165,14 +165,17 @@ if method:
     except Exception as exc:
         err("quantization", exc)
 sys.stdout.write("\n" + MARK + json.dumps(out, sort_keys=True) + "\n")
-'''
+"""
 
 
 def probe_request(components, quantization=None):
     """The JSON argument of the probe: the distributions whose versions to read, and the
     quantization method to load (serving's --quantization; none: not probed)."""
-    names = [name for name, entry in sorted((components or {}).items())
-             if name != "python" and isinstance(entry, dict) and entry.get("version")]
+    names = [
+        name
+        for name, entry in sorted((components or {}).items())
+        if name != "python" and isinstance(entry, dict) and entry.get("version")
+    ]
     request = {"distributions": names}
     if quantization:
         request["quantization"] = str(quantization)
@@ -183,7 +186,7 @@ def parse_probe_output(stdout):
     """The probe's report from its stdout; raises ValueError when there is none."""
     for line in reversed((stdout or "").splitlines()):
         if line.startswith(PROBE_MARKER):
-            return json.loads(line[len(PROBE_MARKER):])
+            return json.loads(line[len(PROBE_MARKER) :])
     raise ValueError("the probe printed no report line (%r)" % (stdout or "")[-300:])
 
 
@@ -191,13 +194,13 @@ def parse_probe_output(stdout):
 LAYERS = ("driver", "torch", "plugin", "image")
 LAYER_FIX = {
     "driver": "the accelerators are not all usable: check the driver on this host (xpu-smi, lsmod | grep kunlun, "
-              "the /dev/xpuN nodes; playbooks/driver.yml verifies every card) and XPU_VISIBLE_DEVICES",
+    "the /dev/xpuN nodes; playbooks/driver.yml verifies every card) and XPU_VISIBLE_DEVICES",
     "torch": "torch in the image does not drive the accelerators as CUDA devices (xpytorch's CUDA-compatible "
-             "mode): rebuild the image from the pinned torch .run with playbooks/image.yml",
+    "mode): rebuild the image from the pinned torch .run with playbooks/image.yml",
     "plugin": "vllm-kunlun's platform is not what vLLM needs (its vllm.platform_plugins class, its _kunlun "
-              "extension, site-packages, the quantization method serving uses): rebuild the image from the pinned "
-              "vllm-kunlun tarball with playbooks/image.yml (its build log says which quantization module it "
-              "installed), or serve with a --quantization the stack provides",
+    "extension, site-packages, the quantization method serving uses): rebuild the image from the pinned "
+    "vllm-kunlun tarball with playbooks/image.yml (its build log says which quantization module it "
+    "installed), or serve with a --quantization the stack provides",
     "image": "rebuild the image from the pins with playbooks/image.yml",
 }
 # What vLLM must see on the platform vllm-kunlun registers (CUDA-compatible mode). Its
@@ -206,12 +209,11 @@ LAYER_FIX = {
 PLATFORM_FIELDS = {"device_name": "cuda", "dist_backend": "nccl"}
 # torch.cuda.get_device_properties(i).total_memory of a P800 (96 GB HBM), in GiB.
 MEMORY_GIB = (80.0, 100.0)
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 def _row(component, expected, found, ok, layer="image"):
-    return {"component": component, "expected": str(expected), "found": str(found), "ok": bool(ok),
-            "layer": layer}
+    return {"component": component, "expected": str(expected), "found": str(found), "ok": bool(ok), "layer": layer}
 
 
 def _minor(version):
@@ -253,14 +255,28 @@ def cuda_rows(report, device_count, memory_gib=MEMORY_GIB):
     rows = []
 
     available = cuda.get("available")
-    rows.append(_row("torch.cuda.is_available()", True,
-                     available if available is not None else
-                     (_failed(errors, "torch.cuda.is_available") if torch_loaded else not_probed),
-                     available is True, below))
+    rows.append(
+        _row(
+            "torch.cuda.is_available()",
+            True,
+            available
+            if available is not None
+            else (_failed(errors, "torch.cuda.is_available") if torch_loaded else not_probed),
+            available is True,
+            below,
+        )
+    )
 
     if count is None:
-        rows.append(_row("torch.cuda.device_count()", device_count,
-                         _failed(errors, "torch.cuda.device_count") if torch_loaded else not_probed, False, "torch"))
+        rows.append(
+            _row(
+                "torch.cuda.device_count()",
+                device_count,
+                _failed(errors, "torch.cuda.device_count") if torch_loaded else not_probed,
+                False,
+                "torch",
+            )
+        )
     else:
         layer = "driver" if xmlir is None or int(xmlir) == int(count) else "torch"
         found = count if xmlir is None or int(xmlir) == int(count) else "%s (torch_xmlir counts %s)" % (count, xmlir)
@@ -270,21 +286,34 @@ def cuda_rows(report, device_count, memory_gib=MEMORY_GIB):
         found = "%s on %s" % (cuda.get("tensor"), cuda.get("tensor_device"))
     else:
         found = _failed(errors, "torch.cuda.tensor") if torch_loaded else not_probed
-    rows.append(_row("torch.arange(4, device=\"cuda:0\")", "[0, 1, 2, 3] on cuda:0", found,
-                     bool(cuda.get("tensor_ok")), below))
+    rows.append(
+        _row('torch.arange(4, device="cuda:0")', "[0, 1, 2, 3] on cuda:0", found, bool(cuda.get("tensor_ok")), below)
+    )
 
     low, high = float(memory_gib[0]), float(memory_gib[1])
     nbytes = cuda.get("total_memory_bytes")
     expected = "%g-%g GiB" % (low, high)
     if nbytes is None:
-        rows.append(_row("torch.cuda.get_device_properties(0).total_memory", expected,
-                         _failed(errors, "torch.cuda.get_device_properties") if torch_loaded else not_probed,
-                         False, below))
+        rows.append(
+            _row(
+                "torch.cuda.get_device_properties(0).total_memory",
+                expected,
+                _failed(errors, "torch.cuda.get_device_properties") if torch_loaded else not_probed,
+                False,
+                below,
+            )
+        )
     else:
         name = cuda.get("device_name")
-        rows.append(_row("torch.cuda.get_device_properties(0).total_memory", expected,
-                         "%s (%d bytes%s)" % (_gib(nbytes), int(nbytes), ", " + name if name else ""),
-                         low * GIB <= int(nbytes) <= high * GIB, below))
+        rows.append(
+            _row(
+                "torch.cuda.get_device_properties(0).total_memory",
+                expected,
+                "%s (%d bytes%s)" % (_gib(nbytes), int(nbytes), ", " + name if name else ""),
+                low * GIB <= int(nbytes) <= high * GIB,
+                below,
+            )
+        )
     return rows
 
 
@@ -299,8 +328,15 @@ def platform_rows(report, fields=None):
         if cls is not None:
             found = "%s %s" % (cls, found)
         return [_row("vllm.platform_plugins class", "vllm_kunlun.*", found, False, "plugin")]
-    rows = [_row("vllm.platform_plugins class", "vllm_kunlun.*", "%s (%s)" % (cls, plat.get("plugin")),
-                 str(cls).startswith("vllm_kunlun."), "plugin")]
+    rows = [
+        _row(
+            "vllm.platform_plugins class",
+            "vllm_kunlun.*",
+            "%s (%s)" % (cls, plat.get("plugin")),
+            str(cls).startswith("vllm_kunlun."),
+            "plugin",
+        )
+    ]
     for key in sorted(fields):
         rows.append(_row("platform.%s" % key, fields[key], plat.get(key), plat.get(key) == fields[key], "plugin"))
     return rows
@@ -313,21 +349,43 @@ def quantization_rows(report, method):
     quant = report.get("quantization")
     if quant is None:
         return [_row("vllm quantization %s" % method, "loads", "(not probed)", False, "plugin")]
-    rows = [_row("vllm.general_plugins", "load", "loaded" if quant.get("general_plugins")
-                 else _failed(errors, "vllm.general_plugins"), bool(quant.get("general_plugins")), "plugin")]
+    rows = [
+        _row(
+            "vllm.general_plugins",
+            "load",
+            "loaded" if quant.get("general_plugins") else _failed(errors, "vllm.general_plugins"),
+            bool(quant.get("general_plugins")),
+            "plugin",
+        )
+    ]
     if "config" in quant:
         found = "%s (%s)" % (quant["config"], quant.get("module"))
         if not quant.get("listed"):
             found += ", not in QUANTIZATION_METHODS"
     else:
         found = _failed(errors, "quantization")
-    rows.append(_row("vllm quantization %s" % method, "get_quantization_config() loads it", found,
-                     "config" in quant and bool(quant.get("listed")), "plugin"))
+    rows.append(
+        _row(
+            "vllm quantization %s" % method,
+            "get_quantization_config() loads it",
+            found,
+            "config" in quant and bool(quant.get("listed")),
+            "plugin",
+        )
+    )
     return rows
 
 
-def judge(report, components, device_count, python_match="exact", known_bad_problems=None,
-          memory_gib=MEMORY_GIB, platform_fields=None, quantization=None):
+def judge(
+    report,
+    components,
+    device_count,
+    python_match="exact",
+    known_bad_problems=None,
+    memory_gib=MEMORY_GIB,
+    platform_fields=None,
+    quantization=None,
+):
     """Rows {component, expected, found, ok, layer} for every check of the report.
 
     `components` are the pins (kunlun_stack_components); `known_bad_problems` the result
@@ -359,37 +417,75 @@ def judge(report, components, device_count, python_match="exact", known_bad_prob
             continue
         found = versions.get(name)
         if entry.get("source"):
-            rows.append(_row(name, "installed (%s: its declared version, not compared)" % entry["version"],
-                             found or "(not installed)", bool(found)))
+            rows.append(
+                _row(
+                    name,
+                    "installed (%s: its declared version, not compared)" % entry["version"],
+                    found or "(not installed)",
+                    bool(found),
+                )
+            )
             continue
         rows.append(_row(name, entry["version"], found or "(not installed)", found == str(entry["version"])))
 
     torch_pin = (components.get("torch") or {}).get("version")
     if torch_pin:
         found = report.get("torch_version")
-        rows.append(_row("torch.__version__", torch_pin,
-                         found if found is not None else "(import failed: %s)" % errors.get("torch", "?"),
-                         found == str(torch_pin), "torch"))
+        rows.append(
+            _row(
+                "torch.__version__",
+                torch_pin,
+                found if found is not None else "(import failed: %s)" % errors.get("torch", "?"),
+                found == str(torch_pin),
+                "torch",
+            )
+        )
 
     found = report.get("devices")
-    rows.append(_row("torch_xmlir._XMLIRC._xpu_get_devices_number()", device_count,
-                     found if found is not None else "(failed: %s)" % errors.get("torch_xmlir", "?"),
-                     found is not None and int(found) == int(device_count), "driver"))
+    rows.append(
+        _row(
+            "torch_xmlir._XMLIRC._xpu_get_devices_number()",
+            device_count,
+            found if found is not None else "(failed: %s)" % errors.get("torch_xmlir", "?"),
+            found is not None and int(found) == int(device_count),
+            "driver",
+        )
+    )
 
     rows += cuda_rows(report, device_count, memory_gib)
 
     path = report.get("vllm_kunlun_file")
     if path is None:
-        rows.append(_row("vllm_kunlun.__file__", "in site-packages",
-                         "(import failed: %s)" % errors.get("vllm_kunlun", "?"), False, "plugin"))
+        rows.append(
+            _row(
+                "vllm_kunlun.__file__",
+                "in site-packages",
+                "(import failed: %s)" % errors.get("vllm_kunlun", "?"),
+                False,
+                "plugin",
+            )
+        )
     else:
-        rows.append(_row("vllm_kunlun.__file__", "in site-packages", path,
-                         bool(report.get("vllm_kunlun_in_site_packages")), "plugin"))
+        rows.append(
+            _row(
+                "vllm_kunlun.__file__",
+                "in site-packages",
+                path,
+                bool(report.get("vllm_kunlun_in_site_packages")),
+                "plugin",
+            )
+        )
 
     ext = report.get("kunlun_extension")
-    rows.append(_row("from vllm_kunlun import _kunlun", "imports",
-                     "imports (%s)" % ext if ext is not None else "(failed: %s)" % errors.get("vllm_kunlun._kunlun", "?"),
-                     ext is not None, "plugin"))
+    rows.append(
+        _row(
+            "from vllm_kunlun import _kunlun",
+            "imports",
+            "imports (%s)" % ext if ext is not None else "(failed: %s)" % errors.get("vllm_kunlun._kunlun", "?"),
+            ext is not None,
+            "plugin",
+        )
+    )
 
     rows += platform_rows(report, platform_fields)
     if quantization:
@@ -416,22 +512,35 @@ def findings(report):
     """(cuda, platform): the probe's torch.cuda and platform findings, as the module returns them."""
     cuda = report.get("cuda") or {}
     plat = report.get("platform") or {}
-    return ({"available": cuda.get("available"), "device_count": cuda.get("device_count"),
-             "tensor_ok": bool(cuda.get("tensor_ok")), "total_memory_bytes": cuda.get("total_memory_bytes"),
-             "device_name": cuda.get("device_name")},
-            {"class": plat.get("class"), "device_name": plat.get("device_name"),
-             "dispatch_key": plat.get("dispatch_key"), "dist_backend": plat.get("dist_backend")})
+    return (
+        {
+            "available": cuda.get("available"),
+            "device_count": cuda.get("device_count"),
+            "tensor_ok": bool(cuda.get("tensor_ok")),
+            "total_memory_bytes": cuda.get("total_memory_bytes"),
+            "device_name": cuda.get("device_name"),
+        },
+        {
+            "class": plat.get("class"),
+            "device_name": plat.get("device_name"),
+            "dispatch_key": plat.get("dispatch_key"),
+            "dist_backend": plat.get("dist_backend"),
+        },
+    )
 
 
 def summary(report):
     """One line: what torch.cuda and the platform showed, e.g. "torch.cuda: available, 8 devices,
     cuda:0 tensor ok, device 0 96.0 GiB; platform cuda/CUDA/nccl"."""
     cuda, plat = findings(report)
-    parts = ["available" if cuda["available"] else "NOT available",
-             "%s devices" % cuda["device_count"] if cuda["device_count"] is not None else "device count unknown",
-             "cuda:0 tensor ok" if cuda["tensor_ok"] else "cuda:0 tensor FAILED",
-             "device 0 %s" % _gib(cuda["total_memory_bytes"]) if cuda["total_memory_bytes"] is not None
-             else "device 0 memory unknown"]
+    parts = [
+        "available" if cuda["available"] else "NOT available",
+        "%s devices" % cuda["device_count"] if cuda["device_count"] is not None else "device count unknown",
+        "cuda:0 tensor ok" if cuda["tensor_ok"] else "cuda:0 tensor FAILED",
+        "device 0 %s" % _gib(cuda["total_memory_bytes"])
+        if cuda["total_memory_bytes"] is not None
+        else "device 0 memory unknown",
+    ]
     if plat["class"] and "platform" not in (report.get("errors") or {}):
         platform = "platform %s/%s/%s" % (plat["device_name"], plat["dispatch_key"], plat["dist_backend"])
     else:
@@ -444,7 +553,6 @@ def format_table(rows):
     head = ("layer", "component", "expected", "found")
     body = [(r.get("layer", "image"), r["component"], r["expected"], r["found"]) for r in rows]
     widths = [max(len(x[i]) for x in [head] + body) for i in range(3)]
-    lines = ["%-*s | %-*s | %-*s | %s" % (widths[0], a, widths[1], b, widths[2], c, d)
-             for a, b, c, d in [head] + body]
+    lines = ["%-*s | %-*s | %-*s | %s" % (widths[0], a, widths[1], b, widths[2], c, d) for a, b, c, d in [head] + body]
     lines.insert(1, "-" * min(160, max(len(line) for line in lines)))
     return "\n".join(lines)

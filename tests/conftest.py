@@ -40,5 +40,3 @@ def stack_defaults():
     import yaml
 
     return yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text())
-
-

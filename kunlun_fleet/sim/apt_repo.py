@@ -59,8 +59,10 @@ def _run(cmd, what, check=True, **kw):
     try:
         proc = subprocess.run(cmd, capture_output=True, **kw)
     except FileNotFoundError as exc:
-        raise RepoError("%s: %s is not installed (%s); on Debian: apt-get install %s"
-                        % (what, cmd[0], exc, "gnupg" if cmd[0].startswith("gpg") else "dpkg"))
+        raise RepoError(
+            "%s: %s is not installed (%s); on Debian: apt-get install %s"
+            % (what, cmd[0], exc, "gnupg" if cmd[0].startswith("gpg") else "dpkg")
+        )
     if check and proc.returncode != 0:
         err = proc.stderr.decode(errors="replace") if isinstance(proc.stderr, bytes) else proc.stderr
         raise RepoError("%s failed (rc=%d): %s\n%s" % (what, proc.returncode, " ".join(cmd), err[-2000:]))
@@ -90,8 +92,9 @@ def depends_without(value, names):
     """A Depends value without the relations on `names` (alternatives included)."""
     kept = []
     for rel in (r.strip() for r in value.split(",")):
-        if rel and not any(re.match(r"^%s(\s|\(|$)" % re.escape(n), alt.strip())
-                           for alt in rel.split("|") for n in names):
+        if rel and not any(
+            re.match(r"^%s(\s|\(|$)" % re.escape(n), alt.strip()) for alt in rel.split("|") for n in names
+        ):
             kept.append(rel)
     return kept
 
@@ -109,10 +112,10 @@ def read_ar(data):
         raise RepoError("not an ar archive (.deb)")
     pos, members = 8, []
     while pos + 60 <= len(data):
-        header = data[pos:pos + 60]
+        header = data[pos : pos + 60]
         name = header[:16].decode().strip().rstrip("/")
         size = int(header[48:58].decode().strip())
-        members.append((name, data[pos + 60:pos + 60 + size]))
+        members.append((name, data[pos + 60 : pos + 60 + size]))
         pos += 60 + size + (size % 2)
     return members
 
@@ -155,8 +158,7 @@ def rewrite_deb(src, dest, fields):
     for name, body in members:
         if name.startswith("control.tar"):
             new = io.BytesIO()
-            with _open_tar(name, body) as tar, tarfile.open(fileobj=new, mode="w:gz",
-                                                           format=tarfile.GNU_FORMAT) as dst:
+            with _open_tar(name, body) as tar, tarfile.open(fileobj=new, mode="w:gz", format=tarfile.GNU_FORMAT) as dst:
                 for m in tar.getmembers():
                     if m.name in ("./control", "control"):
                         text = format_control(fields).encode()
@@ -188,15 +190,18 @@ def build_deb(dest, fields, doc):
             for n in filenames:
                 os.chmod(os.path.join(dirpath, n), 0o644)
         env = dict(os.environ, SOURCE_DATE_EPOCH=str(EPOCH))
-        _run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", root, dest], "dpkg-deb --build " + package,
-             env=env)
+        _run(
+            ["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", root, dest], "dpkg-deb --build " + package, env=env
+        )
 
 
 def find_deb(debs_dir, package):
     found = sorted(p for p in os.listdir(debs_dir) if p.startswith(package + "_") and p.endswith(".deb"))
     if not found:
-        raise RepoError("no %s_*.deb in %s; it comes from the bundle's closure "
-                        "(kunlun_fleet.sim.bundle.fetch_debs)" % (package, debs_dir))
+        raise RepoError(
+            "no %s_*.deb in %s; it comes from the bundle's closure "
+            "(kunlun_fleet.sim.bundle.fetch_debs)" % (package, debs_dir)
+        )
     return os.path.join(debs_dir, found[-1])
 
 
@@ -209,30 +214,52 @@ def stand_ins(debs_dir, suite, arch):
     containerd_version = "%s-1" % upstream(dict(deb_control(containerd))["Version"])
     depends = depends_without(dio["Depends"], ["containerd", "runc"])
     engine = [
-        ("Package", "docker-ce"), ("Version", engine_version), ("Architecture", arch),
-        ("Maintainer", MAINTAINER), ("Installed-Size", dio.get("Installed-Size", "0")),
+        ("Package", "docker-ce"),
+        ("Version", engine_version),
+        ("Architecture", arch),
+        ("Maintainer", MAINTAINER),
+        ("Installed-Size", dio.get("Installed-Size", "0")),
         ("Pre-Depends", dio.get("Pre-Depends", "init-system-helpers")),
         ("Depends", ", ".join(["containerd.io (>= 1.4)", "docker-ce-cli"] + depends)),
         ("Recommends", dio.get("Recommends", "")),
         ("Conflicts", "docker (<< 1.5~), docker-engine, docker.io"),
-        ("Replaces", "docker-engine"), ("Section", "admin"), ("Priority", "optional"),
+        ("Replaces", "docker-engine"),
+        ("Section", "admin"),
+        ("Priority", "optional"),
         ("Homepage", "https://www.docker.com"),
-        ("Description", "Docker: the open-source application container engine (kunlun-fleet stand-in)\n"
-                        " Debian's docker.io %s (daemon and client) under Docker's package name." % dio["Version"]),
+        (
+            "Description",
+            "Docker: the open-source application container engine (kunlun-fleet stand-in)\n"
+            " Debian's docker.io %s (daemon and client) under Docker's package name." % dio["Version"],
+        ),
     ]
     cli = [
-        ("Package", "docker-ce-cli"), ("Version", engine_version), ("Architecture", arch),
-        ("Maintainer", MAINTAINER), ("Section", "admin"), ("Priority", "optional"),
+        ("Package", "docker-ce-cli"),
+        ("Version", engine_version),
+        ("Architecture", arch),
+        ("Maintainer", MAINTAINER),
+        ("Section", "admin"),
+        ("Priority", "optional"),
         ("Homepage", "https://www.docker.com"),
-        ("Description", "Docker CLI: the open-source application container engine (kunlun-fleet stand-in)\n"
-                        " In the stand-in repository the client ships in docker-ce."),
+        (
+            "Description",
+            "Docker CLI: the open-source application container engine (kunlun-fleet stand-in)\n"
+            " In the stand-in repository the client ships in docker-ce.",
+        ),
     ]
     runtime = [
-        ("Package", "containerd.io"), ("Version", containerd_version), ("Architecture", arch),
-        ("Maintainer", MAINTAINER), ("Depends", "containerd (>= 1.4~), runc"),
-        ("Section", "devel"), ("Priority", "optional"), ("Homepage", "https://containerd.io"),
-        ("Description", "An open and reliable container runtime (kunlun-fleet stand-in)\n"
-                        " Depends on Debian's containerd and runc."),
+        ("Package", "containerd.io"),
+        ("Version", containerd_version),
+        ("Architecture", arch),
+        ("Maintainer", MAINTAINER),
+        ("Depends", "containerd (>= 1.4~), runc"),
+        ("Section", "devel"),
+        ("Priority", "optional"),
+        ("Homepage", "https://containerd.io"),
+        (
+            "Description",
+            "An open and reliable container runtime (kunlun-fleet stand-in)\n Depends on Debian's containerd and runc.",
+        ),
     ]
     return [
         (docker_io, engine, None),
@@ -253,8 +280,11 @@ def _gpg(home, *args, **kw):
 
 def _fingerprints(home):
     # rc 2 with no secret key yet: nothing listed
-    out = _run(["gpg", "--batch", "--homedir", home, "--with-colons", "--list-secret-keys"],
-               "gpg --list-secret-keys", check=False).decode()
+    out = _run(
+        ["gpg", "--batch", "--homedir", home, "--with-colons", "--list-secret-keys"],
+        "gpg --list-secret-keys",
+        check=False,
+    ).decode()
     return [line.split(":")[9] for line in out.splitlines() if line.startswith("fpr:")]
 
 
@@ -281,8 +311,7 @@ def sign_release(dists, home, fingerprint):
         target = os.path.join(dists, name)
         if os.path.exists(target):
             os.unlink(target)
-        _gpg(home, "--local-user", fingerprint, "--digest-algo", "SHA512", "--armor", mode,
-             "--output", target, release)
+        _gpg(home, "--local-user", fingerprint, "--digest-algo", "SHA512", "--armor", mode, "--output", target, release)
 
 
 def stop_agent(home):
@@ -299,8 +328,12 @@ def _write(path, data):
 
 def _digests(path):
     data = open(path, "rb").read()
-    return {"size": len(data), "md5": hashlib.md5(data).hexdigest(), "sha1": hashlib.sha1(data).hexdigest(),
-            "sha256": hashlib.sha256(data).hexdigest()}
+    return {
+        "size": len(data),
+        "md5": hashlib.md5(data).hexdigest(),
+        "sha1": hashlib.sha1(data).hexdigest(),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
 
 
 def packages_index(root, files):
@@ -309,17 +342,27 @@ def packages_index(root, files):
     for path in files:
         d = _digests(path)
         fields = deb_control(path) + [
-            ("Filename", os.path.relpath(path, root)), ("Size", str(d["size"])),
-            ("MD5sum", d["md5"]), ("SHA1", d["sha1"]), ("SHA256", d["sha256"])]
+            ("Filename", os.path.relpath(path, root)),
+            ("Size", str(d["size"])),
+            ("MD5sum", d["md5"]),
+            ("SHA1", d["sha1"]),
+            ("SHA256", d["sha256"]),
+        ]
         stanzas.append(format_control(fields))
     return "\n".join(stanzas)
 
 
 def release_text(dists, suite, arch, indexes, date=None):
-    lines = ["Origin: Docker", "Label: Docker CE", "Suite: %s" % suite, "Codename: %s" % suite,
-             "Architectures: %s" % arch, "Components: %s" % COMPONENT,
-             "Description: Docker CE packages for Debian %s (kunlun-fleet stand-in)" % suite,
-             "Date: %s" % (date or formatdate(time.time(), usegmt=True))]
+    lines = [
+        "Origin: Docker",
+        "Label: Docker CE",
+        "Suite: %s" % suite,
+        "Codename: %s" % suite,
+        "Architectures: %s" % arch,
+        "Components: %s" % COMPONENT,
+        "Description: Docker CE packages for Debian %s (kunlun-fleet stand-in)" % suite,
+        "Date: %s" % (date or formatdate(time.time(), usegmt=True)),
+    ]
     for title, key in (("MD5Sum", "md5"), ("SHA1", "sha1"), ("SHA256", "sha256")):
         lines.append("%s:" % title)
         for path in indexes:
@@ -355,29 +398,39 @@ def build(out, debs_dir, home, suite="bookworm", arch="amd64"):
     with gzip.GzipFile(filename="", mode="wb", fileobj=gz, mtime=EPOCH) as fh:
         fh.write(text)
     _write(os.path.join(binary, "Packages.gz"), gz.getvalue())
-    _write(os.path.join(dists, "Release"),
-           release_text(dists, suite, arch, [os.path.join(binary, "Packages"), os.path.join(binary, "Packages.gz")]))
+    _write(
+        os.path.join(dists, "Release"),
+        release_text(dists, suite, arch, [os.path.join(binary, "Packages"), os.path.join(binary, "Packages.gz")]),
+    )
     fingerprint = new_key(home)
     try:
         sign_release(dists, home, fingerprint)
         export_key(home, fingerprint, os.path.join(base, "gpg"))
     finally:
         stop_agent(home)
-    return {"base": base, "key": os.path.join(base, "gpg"), "fingerprint": fingerprint, "packages": versions,
-            "dists": dists}
+    return {
+        "base": base,
+        "key": os.path.join(base, "gpg"),
+        "fingerprint": fingerprint,
+        "packages": versions,
+        "dists": dists,
+    }
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m kunlun_fleet.sim.apt_repo", description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="directory to serve (the repository is <out>/linux/debian)")
-    ap.add_argument("--debs", help="directory with Debian's docker.io and containerd .debs "
-                                   "(default: the sim bundle's closure cache)")
+    ap.add_argument(
+        "--debs",
+        help="directory with Debian's docker.io and containerd .debs (default: the sim bundle's closure cache)",
+    )
     ap.add_argument("--gnupghome", help="gpg home holding (or to hold) the signing key (default: <out>.gnupg)")
     ap.add_argument("--suite", default="bookworm")
     args = ap.parse_args(argv)
     debs = args.debs
     if not debs:
         from kunlun_fleet.sim import bundle
+
         debs = bundle.ensure_debs()
     try:
         made = build(args.out, debs, args.gnupghome or os.path.abspath(args.out) + ".gnupg", suite=args.suite)

@@ -42,8 +42,21 @@ ROOTFS_REPO = "kunlun-fleet/sim-base-rootfs"
 KEY_LABEL = "org.kunlun-fleet.sim-base-key"
 VENV = "/opt/vllm_kunlun"
 PY_PREFIX = "/opt/python3.10"
-APT_PACKAGES = ["gcc", "libc6-dev", "libssl3", "libffi8", "libsqlite3-0", "libbz2-1.0", "liblzma5",
-                "libreadline8", "libncursesw6", "zlib1g", "libexpat1", "libuuid1", "ca-certificates"]
+APT_PACKAGES = [
+    "gcc",
+    "libc6-dev",
+    "libssl3",
+    "libffi8",
+    "libsqlite3-0",
+    "libbz2-1.0",
+    "liblzma5",
+    "libreadline8",
+    "libncursesw6",
+    "zlib1g",
+    "libexpat1",
+    "libuuid1",
+    "ca-certificates",
+]
 
 DOCKERFILE = """\
 FROM {rootfs}
@@ -73,9 +86,11 @@ def python310_prefix():
     for cand in cands:
         if cand and os.path.exists(os.path.join(cand, "bin", "python3.10")):
             return os.path.realpath(cand)
-    raise SimError("no CPython 3.10 installation on this machine for the stand-in base image (the torch "
-                   "installer and wheels are cp310). Fix: `pyenv install 3.10` or set "
-                   "KUNLUN_SIM_PYTHON310_PREFIX to a CPython 3.10 prefix built on Debian 12")
+    raise SimError(
+        "no CPython 3.10 installation on this machine for the stand-in base image (the torch "
+        "installer and wheels are cp310). Fix: `pyenv install 3.10` or set "
+        "KUNLUN_SIM_PYTHON310_PREFIX to a CPython 3.10 prefix built on Debian 12"
+    )
 
 
 def _wheel(name, version):
@@ -83,14 +98,29 @@ def _wheel(name, version):
     os.makedirs(WHEEL_CACHE, exist_ok=True)
     found = glob.glob(os.path.join(WHEEL_CACHE, "%s-%s-*.whl" % (name, version)))
     if not found:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--disable-pip-version-check", "--platform", "manylinux_2_17_x86_64", "--python-version", "3.10",
-               "-d", WHEEL_CACHE, "%s==%s" % (name, version)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "--platform",
+            "manylinux_2_17_x86_64",
+            "--python-version",
+            "3.10",
+            "-d",
+            WHEEL_CACHE,
+            "%s==%s" % (name, version),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         found = glob.glob(os.path.join(WHEEL_CACHE, "%s-%s-*.whl" % (name, version)))
         if proc.returncode != 0 or not found:
-            raise SimError("could not download %s==%s from PyPI into %s:\n%s%s"
-                           % (name, version, WHEEL_CACHE, proc.stdout[-1500:], proc.stderr[-1500:]))
+            raise SimError(
+                "could not download %s==%s from PyPI into %s:\n%s%s"
+                % (name, version, WHEEL_CACHE, proc.stdout[-1500:], proc.stderr[-1500:])
+            )
     return sorted(found)[0]
 
 
@@ -100,8 +130,11 @@ def base_key(py_prefix):
         h.update(hashlib.sha256(fh.read()).digest())
     h.update(sim_image.rootfs_key().encode())
     h.update(("%s|%s|%s|%s" % (py_prefix, UV_VERSION, SETUPTOOLS_VERSION, ",".join(APT_PACKAGES))).encode())
-    out = subprocess.run([os.path.join(py_prefix, "bin", "python3.10"), "-c",
-                          "import platform; print(platform.python_version())"], capture_output=True, text=True)
+    out = subprocess.run(
+        [os.path.join(py_prefix, "bin", "python3.10"), "-c", "import platform; print(platform.python_version())"],
+        capture_output=True,
+        text=True,
+    )
     h.update(out.stdout.encode())
     return h.hexdigest()[:16]
 
@@ -109,7 +142,10 @@ def base_key(py_prefix):
 def _python_tar(py_prefix, dest):
     """The 3.10 installation as a tar rooted at /opt/python3.10, without its test suite and
     its static libpython (for embedding; extensions link against nothing on Linux)."""
-    skip = (os.sep + os.path.join("lib", "python3.10", "test"), os.sep + os.path.join("lib", "python3.10", "site-packages"))
+    skip = (
+        os.sep + os.path.join("lib", "python3.10", "test"),
+        os.sep + os.path.join("lib", "python3.10", "site-packages"),
+    )
 
     def keep(info):
         rel = "/" + info.name.split("/", 2)[-1] if info.name.count("/") >= 2 else ""
@@ -130,7 +166,7 @@ def _python_tar(py_prefix, dest):
 
 
 def _image_key(ref):
-    proc = docker("image", "inspect", "--format", "{{ index .Config.Labels \"%s\" }}" % KEY_LABEL, ref, check=False)
+    proc = docker("image", "inspect", "--format", '{{ index .Config.Labels "%s" }}' % KEY_LABEL, ref, check=False)
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
@@ -141,23 +177,28 @@ def build(pins, out, log=log):
     dest = os.path.join(out, rel)
     py_prefix = python310_prefix()
     key = base_key(py_prefix)
-    stamp = os.path.join(CACHE_DIR, "base-image-stamps", hashlib.sha256(os.path.abspath(dest).encode()).hexdigest()[:16])
+    stamp = os.path.join(
+        CACHE_DIR, "base-image-stamps", hashlib.sha256(os.path.abspath(dest).encode()).hexdigest()[:16]
+    )
     if os.path.exists(dest) and os.path.exists(stamp):
         with open(stamp) as fh:
             if fh.read().split() == [key, str(os.path.getsize(dest))]:
                 log("base image archive %s is up to date (key %s)" % (rel, key))
                 return rel
     if not engine_answers():
-        raise SimError("the sim fleet's Docker engine is not running; it builds the base image. "
-                       "Fix: `kunlun-fleet sim-up 0` (or sim-up N) first")
+        raise SimError(
+            "the sim fleet's Docker engine is not running; it builds the base image. "
+            "Fix: `kunlun-fleet sim-up 0` (or sim-up N) first"
+        )
     if _image_key(name) != key:
         rootfs = "%s:%s" % (ROOTFS_REPO, sim_image.rootfs_key())
         if docker("image", "inspect", rootfs, check=False).returncode != 0:
             tarball = sim_image._debootstrap_tarball()
             log("importing %s as %s" % (tarball, rootfs))
             with open(tarball, "rb") as fh:
-                proc = subprocess.run([docker_cli(), "import", "-", rootfs], stdin=fh, capture_output=True,
-                                      text=True, env=docker_env())
+                proc = subprocess.run(
+                    [docker_cli(), "import", "-", rootfs], stdin=fh, capture_output=True, text=True, env=docker_env()
+                )
             if proc.returncode != 0:
                 raise SimError("docker import of %s failed: %s" % (tarball, proc.stderr))
         uv_whl = _wheel("uv", UV_VERSION)
@@ -176,13 +217,23 @@ def build(pins, out, log=log):
             shutil.copy(st_whl, ctx)
             _python_tar(py_prefix, os.path.join(ctx, "python310.tar"))
             with open(os.path.join(ctx, "Dockerfile"), "w") as fh:
-                fh.write(DOCKERFILE.format(rootfs=rootfs, apt=" ".join(APT_PACKAGES), prefix=PY_PREFIX,
-                                           orig_prefix=py_prefix, venv=VENV, setuptools=os.path.basename(st_whl),
-                                           label=KEY_LABEL, key=key))
+                fh.write(
+                    DOCKERFILE.format(
+                        rootfs=rootfs,
+                        apt=" ".join(APT_PACKAGES),
+                        prefix=PY_PREFIX,
+                        orig_prefix=py_prefix,
+                        venv=VENV,
+                        setuptools=os.path.basename(st_whl),
+                        label=KEY_LABEL,
+                        key=key,
+                    )
+                )
             log("building %s (key %s) on the sim engine" % (name, key))
             env = dict(docker_env(), DOCKER_BUILDKIT="0")
-            proc = subprocess.run([docker_cli(), "build", "--network", "host", "-t", name, ctx],
-                                  capture_output=True, text=True, env=env)
+            proc = subprocess.run(
+                [docker_cli(), "build", "--network", "host", "-t", name, ctx], capture_output=True, text=True, env=env
+            )
             if proc.returncode != 0:
                 raise SimError("building the base image failed:\n%s%s" % (proc.stdout[-3000:], proc.stderr[-3000:]))
     os.makedirs(os.path.dirname(dest), exist_ok=True)

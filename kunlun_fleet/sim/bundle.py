@@ -35,6 +35,7 @@ the pins and the output are unchanged (a stamp in the sim cache records what was
 Files in the bundle outside the layout the builder fills (images/ without
 --with-base-image) are kept and covered by the manifest.
 """
+
 import argparse
 import fcntl
 import glob
@@ -72,9 +73,17 @@ VLLM_WHEEL_TAG = "cp38-abi3-manylinux_2_31_x86_64"
 TORCH_RUN = "xpytorch-cp310-torch251-ubuntu2004-x64.run"
 BASE_ARCHIVE = "vllm-kunlun-exp-base.tar"
 # The builder's code and the sim inventory's pins shape the bundle too.
-PRODUCT_SOURCES = [os.path.join(REPO_ROOT, p) for p in (
-    "kunlun_fleet/bundle.py", "module_utils/artifact_identity.py", "module_utils/bundle_index.py",
-    "module_utils/bundle_manifest.py", "module_utils/model_config.py", "inventories/sim/group_vars/all/sim.yml")]
+PRODUCT_SOURCES = [
+    os.path.join(REPO_ROOT, p)
+    for p in (
+        "kunlun_fleet/bundle.py",
+        "module_utils/artifact_identity.py",
+        "module_utils/bundle_index.py",
+        "module_utils/bundle_manifest.py",
+        "module_utils/model_config.py",
+        "inventories/sim/group_vars/all/sim.yml",
+    )
+]
 
 # cocopod's METADATA version. None: the pinned version (what importlib.metadata reports
 # is then the pin). Set it to a different version (e.g. "0.0.0+torch2.5") to make uv
@@ -86,12 +95,18 @@ COCOPOD_METADATA_VERSION = None
 SMALL_PACKAGES = {
     # kunlun_ops: the package tree under artifacts/kunlun_ops_src (its operator table)
     "kunlun_ops": ("Kunlunxin XPU operator library for PyTorch", None),
-    "triton": ("A language and compiler for custom Deep Learning operations (Kunlunxin build)",
-               '"""triton 3.0.0 (Kunlunxin XPU backend)."""\n__version__ = "@BASE@"\n'),
-    "xspeedgate_ops": ("Kunlunxin speed-gate operators for torch 2.5",
-                       '"""xspeedgate_ops for torch 2.5."""\n__version__ = "@VERSION@"\n'),
-    "cocopod": ("Kunlunxin communication/compute overlap runtime for torch 2.5",
-                '"""cocopod for torch 2.5."""\n__version__ = "@VERSION@"\n'),
+    "triton": (
+        "A language and compiler for custom Deep Learning operations (Kunlunxin build)",
+        '"""triton 3.0.0 (Kunlunxin XPU backend)."""\n__version__ = "@BASE@"\n',
+    ),
+    "xspeedgate_ops": (
+        "Kunlunxin speed-gate operators for torch 2.5",
+        '"""xspeedgate_ops for torch 2.5."""\n__version__ = "@VERSION@"\n',
+    ),
+    "cocopod": (
+        "Kunlunxin communication/compute overlap runtime for torch 2.5",
+        '"""cocopod for torch 2.5."""\n__version__ = "@VERSION@"\n',
+    ),
 }
 KUNLUN_OPS_SRC = os.path.join(ARTIFACTS, "kunlun_ops_src", "kunlun_ops")
 
@@ -101,8 +116,10 @@ VLLM_KUNLUN_VARIANTS = {"2fda97b": "0.25.1.dev0"}
 # The full ids of the stand-in commits, as git archive records them. Neither commit is in
 # the public vLLM-Kunlun history: past their short ids (the notes') the digits are made
 # up, and so is the commit time every member carries.
-VLLM_KUNLUN_COMMIT_IDS = {"4885de2": "4885de2" + hashlib.sha1(b"vllm-kunlun 4885de2 stand-in").hexdigest()[:33],
-                          "2fda97b": "2fda97b" + hashlib.sha1(b"vllm-kunlun 2fda97b stand-in").hexdigest()[:33]}
+VLLM_KUNLUN_COMMIT_IDS = {
+    "4885de2": "4885de2" + hashlib.sha1(b"vllm-kunlun 4885de2 stand-in").hexdigest()[:33],
+    "2fda97b": "2fda97b" + hashlib.sha1(b"vllm-kunlun 2fda97b stand-in").hexdigest()[:33],
+}
 VLLM_KUNLUN_COMMIT_TIME = 1773216950  # 2026-03-11, a 0.15.1-era date (8986d8c's)
 
 
@@ -110,6 +127,8 @@ def vllm_kunlun_tarball(members: dict, commit: str) -> bytes:
     """A vllm-kunlun source tarball as `git archive --prefix=vLLM-Kunlun-<commit>/` writes it
     (the prefix is the repository's name and the short commit, like GitHub's archives)."""
     return _git_archive(members, f"vLLM-Kunlun-{commit}/", VLLM_KUNLUN_COMMIT_IDS[commit], VLLM_KUNLUN_COMMIT_TIME)
+
+
 VARIANTS_DIR = os.path.join(ARTIFACTS, "vllm_kunlun_variants")
 
 
@@ -189,8 +208,11 @@ def _git_archive(members: dict, prefix: str, commit_id: str, mtime: int) -> byte
         return info
 
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        record = ("52 comment=%s\n" % commit_id).encode() if len(commit_id) == 40 else \
-            ("%d comment=%s\n" % (len(commit_id) + 12, commit_id)).encode()
+        record = (
+            ("52 comment=%s\n" % commit_id).encode()
+            if len(commit_id) == 40
+            else ("%d comment=%s\n" % (len(commit_id) + 12, commit_id)).encode()
+        )
         tar.addfile(entry("pax_global_header", tarfile.XGLTYPE, 0o666, len(record)), io.BytesIO(record))
         tar.addfile(entry(prefix, tarfile.DIRTYPE, 0o775))
         dirs = set()
@@ -221,8 +243,10 @@ def build_small_wheels(pins: dict, vendor: str) -> list:
         name, version = comp["wheel"], comp["version"]
         base = version.split("+")[0]
         if init is None:
-            files = {arc: data.replace(b"@VERSION@", version.encode())
-                     for arc, data in tree_files(KUNLUN_OPS_SRC, f"{pkg}/").items()}
+            files = {
+                arc: data.replace(b"@VERSION@", version.encode())
+                for arc, data in tree_files(KUNLUN_OPS_SRC, f"{pkg}/").items()
+            }
         else:
             files = {f"{pkg}/__init__.py": init.replace("@VERSION@", version).replace("@BASE@", base).encode()}
         kw = {}
@@ -244,12 +268,21 @@ def build_vllm_wheel(pins: dict, index: str) -> str:
     files = tree_files(os.path.join(src, "vllm"), "vllm/")
     path = os.path.join(index, f"{name}-{version}-{VLLM_WHEEL_TAG}.whl")
     os.makedirs(index, exist_ok=True)
-    build_wheel(path, name, version, files, VLLM_WHEEL_TAG,
-                summary="A high-throughput and memory-efficient inference and serving engine for LLMs",
-                requires_python="<3.14,>=3.10",
-                extra_metadata=("Author: vLLM Team", "License-Expression: Apache-2.0",
-                                "Project-URL: Homepage, https://github.com/vllm-project/vllm"),
-                entry_points="[console_scripts]\nvllm = vllm.entrypoints.cli.main:main\n")
+    build_wheel(
+        path,
+        name,
+        version,
+        files,
+        VLLM_WHEEL_TAG,
+        summary="A high-throughput and memory-efficient inference and serving engine for LLMs",
+        requires_python="<3.14,>=3.10",
+        extra_metadata=(
+            "Author: vLLM Team",
+            "License-Expression: Apache-2.0",
+            "Project-URL: Homepage, https://github.com/vllm-project/vllm",
+        ),
+        entry_points="[console_scripts]\nvllm = vllm.entrypoints.cli.main:main\n",
+    )
     return path
 
 
@@ -259,13 +292,24 @@ def _cached_pypi_wheel(name: str, version: str, fname: str) -> str:
     cached = os.path.join(cache, fname)
     if not os.path.exists(cached):
         os.makedirs(cache, exist_ok=True)
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--disable-pip-version-check", "-d", cache, f"{name}=={version}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "-d",
+            cache,
+            f"{name}=={version}",
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0 or not os.path.exists(cached):
             raise RuntimeError(
                 f"could not download {name}=={version} ({fname}) into {cache}:\n"
-                f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+                f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+            )
     return cached
 
 
@@ -307,11 +351,14 @@ def fetch_wheelhouse(pins: dict) -> str:
     cache = os.path.join(CACHE_DIR, "wheelhouse", f"{gw['package']}-{gw['version']}-{tag}")
 
     def fill(tmp):
-        ok, got = product.pip_download([f"{gw['package']}=={gw['version']}"], tmp, py,
-                                       product.manylinux_platforms(str(gw["platform"])), deps=True)
+        ok, got = product.pip_download(
+            [f"{gw['package']}=={gw['version']}"], tmp, py, product.manylinux_platforms(str(gw["platform"])), deps=True
+        )
         if not ok:
-            raise RuntimeError(f"could not download {gw['package']}=={gw['version']} and its dependencies "
-                               f"for CPython {py} into {tmp}: {got}")
+            raise RuntimeError(
+                f"could not download {gw['package']}=={gw['version']} and its dependencies "
+                f"for CPython {py} into {tmp}: {got}"
+            )
         return b""
 
     return cached_dir(cache, fill)
@@ -375,19 +422,28 @@ def _run(cmd: list, what: str, env: dict = None) -> str:
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     except FileNotFoundError as exc:
-        raise RuntimeError(f"{what}: {cmd[0]} is not installed ({exc}); on Debian: apt-get install "
-                           f"{'debootstrap' if 'debootstrap' in cmd[0] else 'apt'}")
+        raise RuntimeError(
+            f"{what}: {cmd[0]} is not installed ({exc}); on Debian: apt-get install "
+            f"{'debootstrap' if 'debootstrap' in cmd[0] else 'apt'}"
+        )
     if proc.returncode != 0:
-        raise RuntimeError(f"{what} failed (rc={proc.returncode}): {' '.join(cmd)}\n"
-                           f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+        raise RuntimeError(
+            f"{what} failed (rc={proc.returncode}): {' '.join(cmd)}\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+        )
     return proc.stdout
 
 
 def _private_apt(work: str) -> dict:
     """An apt of its own under `work` (sources, lists, dpkg status, archives), apart from this
     machine's: the environment that points apt-get/apt-cache at it."""
-    for sub in ("etc/apt.conf.d", "etc/preferences.d", "etc/sources.list.d", "state/lists/partial",
-                "cache/archives/partial", "archives/partial"):
+    for sub in (
+        "etc/apt.conf.d",
+        "etc/preferences.d",
+        "etc/sources.list.d",
+        "state/lists/partial",
+        "cache/archives/partial",
+        "archives/partial",
+    ):
         os.makedirs(os.path.join(work, sub), exist_ok=True)
     with open(os.path.join(work, "etc", "sources.list"), "w", encoding="utf-8") as fh:
         for mirror, suite in debian_sources():
@@ -396,11 +452,13 @@ def _private_apt(work: str) -> dict:
         pass
     conf = os.path.join(work, "apt.conf")
     with open(conf, "w", encoding="utf-8") as fh:
-        fh.write(f'Dir::Etc "{work}/etc";\nDir::Etc::main "none";\nDir::Etc::parts "{work}/etc/apt.conf.d";\n'
-                 f'Dir::State "{work}/state";\nDir::State::status "{work}/state/status";\n'
-                 f'Dir::Cache "{work}/cache";\nDir::Cache::archives "{work}/archives";\n'
-                 f'APT::Architecture "{DEBS_ARCH}";\nAPT::Architectures {{ "{DEBS_ARCH}"; }};\n'
-                 'APT::Sandbox::User "root";\nDebug::NoLocking "true";\n')
+        fh.write(
+            f'Dir::Etc "{work}/etc";\nDir::Etc::main "none";\nDir::Etc::parts "{work}/etc/apt.conf.d";\n'
+            f'Dir::State "{work}/state";\nDir::State::status "{work}/state/status";\n'
+            f'Dir::Cache "{work}/cache";\nDir::Cache::archives "{work}/archives";\n'
+            f'APT::Architecture "{DEBS_ARCH}";\nAPT::Architectures {{ "{DEBS_ARCH}"; }};\n'
+            'APT::Sandbox::User "root";\nDebug::NoLocking "true";\n'
+        )
     return dict(os.environ, APT_CONFIG=conf, DEBIAN_FRONTEND="noninteractive", LC_ALL="C")
 
 
@@ -408,8 +466,18 @@ def minbase_packages(work: str) -> list:
     """The packages of a minimal Debian host: what `debootstrap --variant=minbase` installs."""
     from kunlun_fleet.sim.image import MIRROR, SUITE
 
-    out = _run(["debootstrap", "--print-debs", "--variant=minbase", f"--arch={DEBS_ARCH}", SUITE,
-                os.path.join(work, "debootstrap"), MIRROR], "debootstrap --print-debs (the minbase set)")
+    out = _run(
+        [
+            "debootstrap",
+            "--print-debs",
+            "--variant=minbase",
+            f"--arch={DEBS_ARCH}",
+            SUITE,
+            os.path.join(work, "debootstrap"),
+            MIRROR,
+        ],
+        "debootstrap --print-debs (the minbase set)",
+    )
     names = sorted(set(out.split()))
     if "apt" not in names or "dpkg" not in names:
         raise RuntimeError(f"debootstrap --print-debs gave no minbase set: {out[-500:]!r}")
@@ -439,8 +507,11 @@ def download_debs(packages: list, dest: str, log=print) -> list:
         stanzas = _run(["apt-cache", "show", "--no-all-versions"] + minbase, "apt-cache show (the minbase set)", env)
         with open(os.path.join(work, "state", "status"), "w", encoding="utf-8") as fh:
             fh.write(status_for(stanzas))
-        _run(["apt-get", "-q", "-y", "--download-only", "--no-install-recommends", "install"] + packages,
-             "apt-get --download-only " + " ".join(packages), env)
+        _run(
+            ["apt-get", "-q", "-y", "--download-only", "--no-install-recommends", "install"] + packages,
+            "apt-get --download-only " + " ".join(packages),
+            env,
+        )
         files = sorted(glob.glob(os.path.join(work, "archives", "*.deb")))
         if not files:
             raise RuntimeError(f"apt-get downloaded nothing for {' '.join(packages)}")
@@ -458,6 +529,7 @@ def ensure_debs(packages: list = None, log=print) -> str:
     downloaded once (kept as a set: the same files on every later build, until the packages or
     the sources change; delete the directory to take newer ones)."""
     packages = engine_bundle_packages() if packages is None else packages
+
     def fill(tmp):
         download_debs(packages, tmp, log)
         return ("\n".join(packages) + "\n").encode()
@@ -513,8 +585,9 @@ def build_vllm_kunlun_variant(out: str, commit: str = "2fda97b", pins: dict = No
     members = tree_files(os.path.join(ARTIFACTS, "vllm_kunlun_src"))
     members.update(tree_files(os.path.join(VARIANTS_DIR, commit)))
     for name, data in members.items():
-        members[name] = (data.replace(base["version"].encode(), version.encode())
-                         .replace(base["commit"].encode(), commit.encode()))
+        members[name] = data.replace(base["version"].encode(), version.encode()).replace(
+            base["commit"].encode(), commit.encode()
+        )
     rel = f"src/vllm-kunlun-{version}-{commit}.tar.gz"
     data = vllm_kunlun_tarball(members, commit)
     _write(os.path.join(out, rel), data)
@@ -670,13 +743,21 @@ def build(out: str, force: bool = False, with_base_image: bool = False, log=prin
     lines = []
     try:
         vendor, links, notes = make_vendor(pins, work, with_base_image, log)
-        rc, builder = product.build(out, vendor=vendor, find_links=links, no_index=True,
-                                    pins=product.load_pins(SIM_INVENTORY), no_base_image=not with_base_image,
-                                    log=lines.append)
+        rc, builder = product.build(
+            out,
+            vendor=vendor,
+            find_links=links,
+            no_index=True,
+            pins=product.load_pins(SIM_INVENTORY),
+            no_base_image=not with_base_image,
+            log=lines.append,
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if rc != product.OK:
-        raise RuntimeError("`kunlun-fleet bundle build` refused the stand-in bundle (exit %d):\n%s" % (rc, "\n".join(lines)))
+        raise RuntimeError(
+            "`kunlun-fleet bundle build` refused the stand-in bundle (exit %d):\n%s" % (rc, "\n".join(lines))
+        )
     os.makedirs(os.path.dirname(stamp), exist_ok=True)
     _write(stamp, (digest + "\n").encode())
     for n in notes:
@@ -689,11 +770,13 @@ def build(out: str, force: bool = False, with_base_image: bool = False, log=prin
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True)
     b = sub.add_parser("build", help="build (or refresh) the stand-in bundle")
-    b.add_argument("--out", default=os.path.join(SIM_HOME, "bundle"),
-                   help="bundle directory (default: $KUNLUN_SIM_HOME/bundle)")
+    b.add_argument(
+        "--out", default=os.path.join(SIM_HOME, "bundle"), help="bundle directory (default: $KUNLUN_SIM_HOME/bundle)"
+    )
     b.add_argument("--force", action="store_true", help="rebuild even when up to date")
-    b.add_argument("--with-base-image", action="store_true",
-                   help="also write images/vllm-kunlun-exp-base.tar (build_base_image)")
+    b.add_argument(
+        "--with-base-image", action="store_true", help="also write images/vllm-kunlun-exp-base.tar (build_base_image)"
+    )
     v = sub.add_parser("verify", help="check every file against MANIFEST.sha256")
     v.add_argument("--out", default=os.path.join(SIM_HOME, "bundle"))
 

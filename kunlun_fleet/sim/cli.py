@@ -16,8 +16,15 @@ from .config import INVENTORY_DIR, REPO_ROOT, SimError
 
 def _cmd_up(args):
     from . import fleet
-    fleet.up(args.count, args.fault or (), rebuild=args.rebuild, refresh=args.refresh, first=args.first,
-             inventory=args.inventory)
+
+    fleet.up(
+        args.count,
+        args.fault or (),
+        rebuild=args.rebuild,
+        refresh=args.refresh,
+        first=args.first,
+        inventory=args.inventory,
+    )
     _build_bundle()
     _print_status()
     return 0
@@ -25,10 +32,13 @@ def _cmd_up(args):
 
 def _cmd_down(args):
     from . import fleet
+
     if args.inventory:
         if args.purge:
-            raise SimError("sim-down --inventory DIR removes one fleet; --purge (images and engine data) "
-                           "is for the whole sim: drop one of the two")
+            raise SimError(
+                "sim-down --inventory DIR removes one fleet; --purge (images and engine data) "
+                "is for the whole sim: drop one of the two"
+            )
         fleet.down_fleet(args.inventory)
     else:
         fleet.down(purge=args.purge)
@@ -37,6 +47,7 @@ def _cmd_down(args):
 
 def _cmd_reset(args):
     from . import fleet
+
     fleet.reset(args.host, args.fault or ())
     return 0
 
@@ -44,6 +55,7 @@ def _cmd_reset(args):
 def _cmd_engine(args):
     from . import engine
     from .config import DOCKER_HOST
+
     engine.ensure_engine()
     print("export DOCKER_HOST=%s DOCKER_API_VERSION=%s" % (DOCKER_HOST, engine.DOCKER_API_VERSION))
     return 0
@@ -51,6 +63,7 @@ def _cmd_engine(args):
 
 def _print_status(as_json=False):
     from . import fleet
+
     info = fleet.status()
     if as_json:
         print(json.dumps(info, indent=2))
@@ -61,12 +74,24 @@ def _print_status(as_json=False):
     if not info["hosts"]:
         print("no sim hosts (run `kunlun-fleet sim-up 3`)")
         return
-    print("%-10s %-10s %-15s %-8s %-9s %-4s %-9s %s" % ("HOST", "CONTAINER", "ADDRESS", "STATE",
-                                                        "SYSTEMD", "SSH", "IMAGE", "DISK / KIT LOOPS / FAULTS"))
+    print(
+        "%-10s %-10s %-15s %-8s %-9s %-4s %-9s %s"
+        % ("HOST", "CONTAINER", "ADDRESS", "STATE", "SYSTEMD", "SSH", "IMAGE", "DISK / KIT LOOPS / FAULTS")
+    )
     for row in info["hosts"]:
-        print("%-10s %-10s %-15s %-8s %-9s %-4s %-9s %s" % (
-            row["host"], row["container"], row["address"], row["state"], row["systemd"],
-            row["ssh"], row["image"].split(" ")[0], row["disk"]))
+        print(
+            "%-10s %-10s %-15s %-8s %-9s %-4s %-9s %s"
+            % (
+                row["host"],
+                row["container"],
+                row["address"],
+                row["state"],
+                row["systemd"],
+                row["ssh"],
+                row["image"].split(" ")[0],
+                row["disk"],
+            )
+        )
         if row["kit_loops"]:
             print("%65s LV loops: %s" % ("", " ".join(row["kit_loops"])))
         if row["faults"]:
@@ -84,6 +109,7 @@ def _cmd_status(args):
 def _build_bundle():
     """The sim bundle (stand-in vendor artifacts) where the sim inventory points."""
     from .config import BUNDLE_DIR, log
+
     try:
         from . import bundle
     except ImportError as exc:
@@ -100,6 +126,7 @@ def _build_bundle():
 def _cmd_demo(args):
     """sim-up 3, `kunlun-fleet deploy -i inventories/sim`, then a summary of what was done."""
     from . import fleet
+
     extra = list(args.ansible_args or [])
     if extra[:1] == ["--"]:
         extra = extra[1:]
@@ -118,6 +145,7 @@ def _cmd_demo(args):
         cmd = [sys.executable, "-c", "import sys; from kunlun_fleet.cli import main; sys.exit(main())"] + shown[1:]
     print("\n$ %s" % " ".join(shown), flush=True)
     from kunlun_fleet import vault
+
     env = dict(vault.vault_env(INVENTORY_DIR), ANSIBLE_CONFIG=os.path.join(REPO_ROOT, "ansible.cfg"))
     play_started = time.time()
     if not os.path.exists(playbook):
@@ -150,15 +178,18 @@ def _print_endpoint(report_dir):
     if not url:
         return
     print("fleet endpoint: %s/v1 (model %s), OpenAI-compatible; call it with the fleet's API key:" % (url, model))
-    print("  export OPENAI_API_KEY=\"$(.venv/bin/kunlun-fleet api-key -i inventories/sim --show)\"")
-    print("  curl -sN %s/v1/chat/completions -H \"Authorization: Bearer $OPENAI_API_KEY\" \\\n"
-          "       -H 'Content-Type: application/json' \\\n"
-          "       -d '{\"model\": \"%s\", \"stream\": true, \"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}]}'"
-          % (url, model))
+    print('  export OPENAI_API_KEY="$(.venv/bin/kunlun-fleet api-key -i inventories/sim --show)"')
+    print(
+        '  curl -sN %s/v1/chat/completions -H "Authorization: Bearer $OPENAI_API_KEY" \\\n'
+        "       -H 'Content-Type: application/json' \\\n"
+        '       -d \'{"model": "%s", "stream": true, "messages": [{"role": "user", "content": "Hello"}]}\''
+        % (url, model)
+    )
 
 
 def _guarded(func):
     """Subcommand entry: a SimError becomes a one-line message and exit status 1."""
+
     def run(args):
         try:
             return func(args)
@@ -168,6 +199,7 @@ def _guarded(func):
         except KeyboardInterrupt:
             sys.stderr.write("interrupted\n")
             return 130
+
     run.__name__ = func.__name__
     return run
 
@@ -177,22 +209,37 @@ def register(subparsers):
     ``func`` (one argument, the parsed namespace; returns the exit status)."""
     p = subparsers.add_parser("sim-up", help="bring up N simulated P800 hosts (idempotent)")
     p.add_argument("count", type=int, nargs="?", default=3, help="number of hosts (default 3)")
-    p.add_argument("--fault", action="append", metavar="HOST:NAME=VALUE",
-                   help="fault switch for a host, e.g. kf-node-2:xpu_devices=7 (repeatable)")
+    p.add_argument(
+        "--fault",
+        action="append",
+        metavar="HOST:NAME=VALUE",
+        help="fault switch for a host, e.g. kf-node-2:xpu_devices=7 (repeatable)",
+    )
     p.add_argument("--rebuild", action="store_true", help="rebuild the sim-host image")
-    p.add_argument("--refresh", action="store_true",
-                   help="recreate hosts that run an older image than the current kit's")
-    p.add_argument("--first", type=int, default=1, metavar="K",
-                   help="index of the fleet's first host (default 1): hosts kf-node-K..K+N-1")
-    p.add_argument("--inventory", default=INVENTORY_DIR, metavar="DIR",
-                   help="the fleet's inventory directory (default inventories/sim); another directory "
-                        "is another fleet beside it, on its own range of hosts")
+    p.add_argument(
+        "--refresh", action="store_true", help="recreate hosts that run an older image than the current kit's"
+    )
+    p.add_argument(
+        "--first",
+        type=int,
+        default=1,
+        metavar="K",
+        help="index of the fleet's first host (default 1): hosts kf-node-K..K+N-1",
+    )
+    p.add_argument(
+        "--inventory",
+        default=INVENTORY_DIR,
+        metavar="DIR",
+        help="the fleet's inventory directory (default inventories/sim); another directory "
+        "is another fleet beside it, on its own range of hosts",
+    )
     p.set_defaults(func=_guarded(_cmd_up))
 
     p = subparsers.add_parser("sim-down", help="remove the sim hosts, their disks, network and rules")
     p.add_argument("--purge", action="store_true", help="also remove the images and the engine's data")
-    p.add_argument("--inventory", metavar="DIR",
-                   help="remove only the fleet of this inventory (the engine and other fleets stay)")
+    p.add_argument(
+        "--inventory", metavar="DIR", help="remove only the fleet of this inventory (the engine and other fleets stay)"
+    )
     p.set_defaults(func=_guarded(_cmd_down))
 
     p = subparsers.add_parser("sim-status", help="show the sim hosts")
@@ -201,8 +248,12 @@ def register(subparsers):
 
     p = subparsers.add_parser("sim-reset", help="recreate sim hosts with fresh disks (side by side)")
     p.add_argument("host", nargs="+", help="kf-node-N, kf-sim-N or N")
-    p.add_argument("--fault", action="append", metavar="[HOST:]NAME=VALUE",
-                   help="fault switch for every host named, or for HOST only (repeatable)")
+    p.add_argument(
+        "--fault",
+        action="append",
+        metavar="[HOST:]NAME=VALUE",
+        help="fault switch for every host named, or for HOST only (repeatable)",
+    )
     p.set_defaults(func=_guarded(_cmd_reset))
 
     p = subparsers.add_parser("sim-engine", help="start the sim fleet's Docker engine; print its DOCKER_HOST")
@@ -211,14 +262,16 @@ def register(subparsers):
     p = subparsers.add_parser("demo", help="bring up 3 sim hosts and deploy site.yml to them (kunlun-fleet deploy)")
     p.add_argument("--count", type=int, default=3, help="number of hosts (default 3)")
     p.add_argument("--fault", action="append", metavar="HOST:NAME=VALUE", help="fault switch (repeatable)")
-    p.add_argument("ansible_args", nargs=argparse.REMAINDER,
-                   help="extra arguments of kunlun-fleet deploy, ansible-playbook's included (after --)")
+    p.add_argument(
+        "ansible_args",
+        nargs=argparse.REMAINDER,
+        help="extra arguments of kunlun-fleet deploy, ansible-playbook's included (after --)",
+    )
     p.set_defaults(func=_guarded(_cmd_demo))
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m kunlun_fleet.sim",
-                                     description="kunlun-fleet simulated P800 fleet")
+    parser = argparse.ArgumentParser(prog="python -m kunlun_fleet.sim", description="kunlun-fleet simulated P800 fleet")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     register(sub)

@@ -73,8 +73,8 @@ def host_name(index):
 def index_of(name):
     """1-based index from a container name, host name or bare number; None if neither."""
     for prefix in (CONTAINER_PREFIX, HOSTNAME_PREFIX, ""):
-        if name.startswith(prefix) and name[len(prefix):].isdigit():
-            value = int(name[len(prefix):])
+        if name.startswith(prefix) and name[len(prefix) :].isdigit():
+            value = int(name[len(prefix) :])
             return value if value > 0 else None
     return None
 
@@ -96,14 +96,20 @@ def run(cmd, check=True, capture=True, input=None, env=None, timeout=None):
         full_env.update(env)
     try:
         proc = subprocess.run(
-            cmd, input=input, env=full_env, timeout=timeout, text=True,
+            cmd,
+            input=input,
+            env=full_env,
+            timeout=timeout,
+            text=True,
             stdout=subprocess.PIPE if capture else None,
-            stderr=subprocess.PIPE if capture else None)
+            stderr=subprocess.PIPE if capture else None,
+        )
     except FileNotFoundError as exc:
         raise SimError("command not found: %s (%s)" % (cmd[0], exc))
     if check and proc.returncode != 0:
-        raise SimError("command failed (rc=%d): %s\n%s%s" % (
-            proc.returncode, " ".join(cmd), proc.stdout or "", proc.stderr or ""))
+        raise SimError(
+            "command failed (rc=%d): %s\n%s%s" % (proc.returncode, " ".join(cmd), proc.stdout or "", proc.stderr or "")
+        )
     return proc
 
 

@@ -9,9 +9,22 @@ import signal
 import subprocess
 import time
 
-from .config import (DOCKER_API_VERSION, DOCKER_DATA_ROOT, DOCKER_EXEC_ROOT, DOCKER_HOST,
-                     DOCKER_LOG, DOCKER_PIDFILE, DOCKER_SOCK, ENGINE_BRIDGE,
-                     ENGINE_BRIDGE_CIDR, SIM_HOME, SimError, ensure_home, log, run)
+from .config import (
+    DOCKER_API_VERSION,
+    DOCKER_DATA_ROOT,
+    DOCKER_EXEC_ROOT,
+    DOCKER_HOST,
+    DOCKER_LOG,
+    DOCKER_PIDFILE,
+    DOCKER_SOCK,
+    ENGINE_BRIDGE,
+    ENGINE_BRIDGE_CIDR,
+    SIM_HOME,
+    SimError,
+    ensure_home,
+    log,
+    run,
+)
 
 # Machine packages the sim tooling needs (Debian names) and a command proving each.
 MACHINE_PACKAGES = {
@@ -43,13 +56,20 @@ def docker_env():
 
 def docker(*args, check=True, input=None, timeout=None, capture=True):
     cmd = [docker_cli(), "-H", DOCKER_HOST] + list(args)
-    proc = subprocess.run(cmd, input=input, env=docker_env(), text=not isinstance(input, bytes),
-                          timeout=timeout,
-                          stdout=subprocess.PIPE if capture else None,
-                          stderr=subprocess.PIPE if capture else None)
+    proc = subprocess.run(
+        cmd,
+        input=input,
+        env=docker_env(),
+        text=not isinstance(input, bytes),
+        timeout=timeout,
+        stdout=subprocess.PIPE if capture else None,
+        stderr=subprocess.PIPE if capture else None,
+    )
     if check and proc.returncode != 0:
-        raise SimError("docker %s failed (rc=%d): %s%s" % (
-            " ".join(args[:3]), proc.returncode, proc.stdout or "", proc.stderr or ""))
+        raise SimError(
+            "docker %s failed (rc=%d): %s%s"
+            % (" ".join(args[:3]), proc.returncode, proc.stdout or "", proc.stderr or "")
+        )
     return proc
 
 
@@ -73,8 +93,7 @@ def ensure_packages():
         os.chmod(policy, 0o755)
         made_policy = True
     try:
-        run(["apt-get", "install", "-y", "-q", "--no-install-recommends"] + missing,
-            env=env, timeout=1200)
+        run(["apt-get", "install", "-y", "-q", "--no-install-recommends"] + missing, env=env, timeout=1200)
     finally:
         if made_policy:
             os.unlink(policy)
@@ -166,18 +185,27 @@ def ensure_engine():
         run(["update-alternatives", "--set", "iptables", "/usr/sbin/iptables-legacy"])
         run(["update-alternatives", "--set", "ip6tables", "/usr/sbin/ip6tables-legacy"], check=False)
     _ensure_engine_bridge()
-    cmd = ["/usr/sbin/dockerd",
-           "--host", DOCKER_HOST,
-           "--data-root", DOCKER_DATA_ROOT,
-           "--exec-root", DOCKER_EXEC_ROOT,
-           "--pidfile", DOCKER_PIDFILE,
-           "--bridge", ENGINE_BRIDGE,
-           "--log-level", "warn"]
+    cmd = [
+        "/usr/sbin/dockerd",
+        "--host",
+        DOCKER_HOST,
+        "--data-root",
+        DOCKER_DATA_ROOT,
+        "--exec-root",
+        DOCKER_EXEC_ROOT,
+        "--pidfile",
+        DOCKER_PIDFILE,
+        "--bridge",
+        ENGINE_BRIDGE,
+        "--log-level",
+        "warn",
+    ]
     log("starting dockerd: %s" % " ".join(cmd))
     logfh = open(DOCKER_LOG, "ab")
     env = {k: v for k, v in os.environ.items() if not k.startswith("DOCKER_")}
-    subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logfh, stderr=logfh,
-                     start_new_session=True, close_fds=True, env=env)
+    subprocess.Popen(
+        cmd, stdin=subprocess.DEVNULL, stdout=logfh, stderr=logfh, start_new_session=True, close_fds=True, env=env
+    )
     logfh.close()
     if not _wait_engine(90):
         raise SimError("dockerd did not answer on %s within 90 s; see %s" % (DOCKER_SOCK, DOCKER_LOG))

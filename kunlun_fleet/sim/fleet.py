@@ -23,11 +23,35 @@ from concurrent.futures import ThreadPoolExecutor
 import yaml
 
 from . import engine, image, loopdev
-from .config import (BUNDLE_DIR, CONTAINER_PREFIX, KIT_DIR, DISK_DEVICE, DISK_SIZE, DISKS_DIR, GATEWAY,
-                     INVENTORY_DIR, IPTABLES_COMMENT, LABEL, NETWORK, NETWORK_BRIDGE,
-                     OLD_DRIVERS_DIR, ENGINE_BRIDGE, SIM_HOME, SSH_KEY, STATE_FILE, SUBNET,
-                     SimError, container_name, ensure_home, host_address, host_name, index_of,
-                     locked, log, run)
+from .config import (
+    BUNDLE_DIR,
+    CONTAINER_PREFIX,
+    KIT_DIR,
+    DISK_DEVICE,
+    DISK_SIZE,
+    DISKS_DIR,
+    GATEWAY,
+    INVENTORY_DIR,
+    IPTABLES_COMMENT,
+    LABEL,
+    NETWORK,
+    NETWORK_BRIDGE,
+    OLD_DRIVERS_DIR,
+    ENGINE_BRIDGE,
+    SIM_HOME,
+    SSH_KEY,
+    STATE_FILE,
+    SUBNET,
+    SimError,
+    container_name,
+    ensure_home,
+    host_address,
+    host_name,
+    index_of,
+    locked,
+    log,
+    run,
+)
 from .engine import docker
 
 # Fault switches. The kit reads /etc/kunlun-kit/faults inside the host; the ones marked
@@ -38,26 +62,28 @@ KNOWN_FAULTS = {
     "xpu_card_variant": "XPU kit: card variant (VD, or mixed)",
     "xpu_firmware": "XPU kit: firmware version reported by the devices",
     "xpu_power_cap": "XPU kit: power cap in W (P800 full 400, low-power mode 120) of every card (120), "
-                     "or of some (3:120 or 3:120,5:120); N/A for an unreadable cap",
+    "or of some (3:120 or 3:120,5:120); N/A for an unreadable cap",
     "xpu_smi_build": "XPU kit: an xpu-smi build whose header (table and -q) prints this Driver Version and "
-                     "XPU-RT Version N/A, e.g. 515.58",
+    "XPU-RT Version N/A, e.g. 515.58",
     "xpu_old_driver": "machine: install and load this older XRE version in the host after boot",
     "no_kernel_headers": "kit: /usr/src/linux-headers-$(uname -r) and /lib/modules/*/build removed",
     "disk_has_fs": "machine: the data disk already holds an ext4 filesystem (label olddata)",
     "home_content": "kit: /home seeded with users' files (sparse file, hardlinks, odd names, ACL)",
     "home_lvm": "kit: /home is an existing LVM volume (vg0/lv_home on the data disk, fstab by /dev/mapper path) "
-                "holding users' files: xfs, ext4, or xfs_ftype0 (XFS that overlay2 cannot use)",
+    "holding users' files: xfs, ext4, or xfs_ftype0 (XFS that overlay2 cannot use)",
     "home_lvm_free": "kit: percent of vg0 home_lvm leaves free (room to grow), e.g. 20",
     "docker_content": "kit: /var/lib/docker seeded with a named volume holding data",
     "password_only": "machine: a server before first contact: root logs in with the password SIM_ROOT_PASSWORD "
-                     "(sshd allows it), the controller's key is not in root's authorized_keys",
+    "(sshd allows it), the controller's key is not in root's authorized_keys",
 }
 # The root password of a password_only host: a fixed test password of the sim fleet (its
 # hosts live on this machine's private bridge), documented in kunlun_fleet/sim/README.md.
 SIM_ROOT_PASSWORD = "kunlun-sim-root"
-PASSWORD_ONLY_SSHD = ("# Sim kit, fault password_only: a server before first contact (root logs in with a\n"
-                      "# password; `kunlun-fleet bootstrap` installs the controller's key).\n"
-                      "PermitRootLogin yes\nPasswordAuthentication yes\n")
+PASSWORD_ONLY_SSHD = (
+    "# Sim kit, fault password_only: a server before first contact (root logs in with a\n"
+    "# password; `kunlun-fleet bootstrap` installs the controller's key).\n"
+    "PermitRootLogin yes\nPasswordAuthentication yes\n"
+)
 BOOT_TIMEOUT = 180
 # Host addresses are 172.31.250.(10 + index) in a /24.
 MAX_INDEX = 240
@@ -92,8 +118,10 @@ def parse_fault(text, default_host=None):
     name, value = spec.split("=", 1)
     index = index_of(str(host)) if host is not None else None
     if index is None or not name or not name.replace("_", "").isalnum():
-        raise SimError("bad fault %r: write HOST:NAME=VALUE, e.g. kf-node-2:xpu_devices=7 "
-                       "(names: %s)" % (text, ", ".join(sorted(KNOWN_FAULTS))))
+        raise SimError(
+            "bad fault %r: write HOST:NAME=VALUE, e.g. kf-node-2:xpu_devices=7 "
+            "(names: %s)" % (text, ", ".join(sorted(KNOWN_FAULTS)))
+        )
     if name not in KNOWN_FAULTS:
         log("note: fault %s is not one sim-up knows; passed to the kit as is" % name)
     return index, name, value
@@ -101,7 +129,7 @@ def parse_fault(text, default_host=None):
 
 # ---------------------------------------------------------------- which fleet a host is in
 def fleet_key(inventory):
-    """"" for the repository's sim inventory (whichever checkout runs the command: a CI
+    """ "" for the repository's sim inventory (whichever checkout runs the command: a CI
     clone takes over the hosts a developer's checkout made), else the inventory's path."""
     path = os.path.abspath(inventory)
     return "" if path == INVENTORY_DIR else path
@@ -152,9 +180,21 @@ def _iptables_rules():
 def ensure_network():
     if docker("network", "inspect", NETWORK, check=False).returncode != 0:
         log("creating network %s (%s) on bridge %s" % (NETWORK, SUBNET, NETWORK_BRIDGE))
-        docker("network", "create", "--driver", "bridge", "--subnet", SUBNET, "--gateway", GATEWAY,
-               "-o", "com.docker.network.bridge.name=" + NETWORK_BRIDGE,
-               "--label", LABEL + "=1", NETWORK)
+        docker(
+            "network",
+            "create",
+            "--driver",
+            "bridge",
+            "--subnet",
+            SUBNET,
+            "--gateway",
+            GATEWAY,
+            "-o",
+            "com.docker.network.bridge.name=" + NETWORK_BRIDGE,
+            "--label",
+            LABEL + "=1",
+            NETWORK,
+        )
     # dockerd sets the FORWARD policy to DROP; our bridge's traffic is accepted explicitly.
     for rule in _iptables_rules():
         if run(["iptables", "-w", "-C"] + rule, check=False).returncode != 0:
@@ -192,8 +232,7 @@ def make_disk(index, faults):
     dev = loopdev.attach_file(path)
     if faults.get("disk_has_fs") not in (None, "", "0"):
         log("fault disk_has_fs: ext4 (label olddata) on %s's data disk" % host_name(index))
-        run(["mkfs.ext4", "-q", "-F", "-L", "olddata", "-E", "lazy_itable_init=1,lazy_journal_init=1",
-             dev, "1G"])
+        run(["mkfs.ext4", "-q", "-F", "-L", "olddata", "-E", "lazy_itable_init=1,lazy_journal_init=1", dev, "1G"])
     return dev
 
 
@@ -230,29 +269,65 @@ def create_host(index, tag, faults, pubkey, fleet=""):
     dev = make_disk(index, faults)
     token = "%s.%s" % (name, secrets.token_hex(3))
     fault_text = "".join("%s=%s\n" % kv for kv in sorted(faults.items()))
-    files = {"etc/kunlun-kit/faults": (fault_text.encode(), 0o644),
-             "etc/kunlun-kit/host.conf": (("disk_token=%s\nhost=%s\n" % (token, host_name(index))).encode(), 0o644)}
+    files = {
+        "etc/kunlun-kit/faults": (fault_text.encode(), 0o644),
+        "etc/kunlun-kit/host.conf": (("disk_token=%s\nhost=%s\n" % (token, host_name(index))).encode(), 0o644),
+    }
     if password_only(faults):
         log("fault password_only: %s has a root password and not the controller's key" % host_name(index))
         files["etc/ssh/sshd_config.d/kunlun-kit-password-only.conf"] = (PASSWORD_ONLY_SSHD.encode(), 0o644)
     else:
         files["root/.ssh/authorized_keys"] = ((pubkey + "\n").encode(), 0o600)
     args = [
-        "create", "--name", name, "--hostname", host_name(index),
-        "--network", NETWORK, "--ip", host_address(index), "--network-alias", host_name(index),
-        "--label", LABEL + "=1", "--label", LABEL + ".token=" + token,
-        "--label", LABEL + ".faults=" + json.dumps(faults, sort_keys=True),
-        "--label", LABEL + ".disk=" + disk_path(index),
-        "--label", LABEL + ".fleet=" + fleet,
-        "--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE",
-        "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
-        "--security-opt", "systempaths=unconfined",
-        "--device-cgroup-rule", "a *:* rwm",
-        "--cgroupns", "host", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
-        "--tmpfs", "/run", "--tmpfs", "/run/lock",
-        "--stop-signal", "SIGRTMIN+3", "--stop-timeout", "60",
-        "--device", "%s:%s" % (dev, DISK_DEVICE),
-        "-e", "container=docker",
+        "create",
+        "--name",
+        name,
+        "--hostname",
+        host_name(index),
+        "--network",
+        NETWORK,
+        "--ip",
+        host_address(index),
+        "--network-alias",
+        host_name(index),
+        "--label",
+        LABEL + "=1",
+        "--label",
+        LABEL + ".token=" + token,
+        "--label",
+        LABEL + ".faults=" + json.dumps(faults, sort_keys=True),
+        "--label",
+        LABEL + ".disk=" + disk_path(index),
+        "--label",
+        LABEL + ".fleet=" + fleet,
+        "--cap-add",
+        "ALL",
+        "--cap-drop",
+        "SYS_RESOURCE",
+        "--security-opt",
+        "seccomp=unconfined",
+        "--security-opt",
+        "apparmor=unconfined",
+        "--security-opt",
+        "systempaths=unconfined",
+        "--device-cgroup-rule",
+        "a *:* rwm",
+        "--cgroupns",
+        "host",
+        "-v",
+        "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+        "--tmpfs",
+        "/run",
+        "--tmpfs",
+        "/run/lock",
+        "--stop-signal",
+        "SIGRTMIN+3",
+        "--stop-timeout",
+        "60",
+        "--device",
+        "%s:%s" % (dev, DISK_DEVICE),
+        "-e",
+        "container=docker",
     ]
     if fleet:
         # A fleet beside the shared one (the tests' large lane) yields the CPU to it.
@@ -262,8 +337,16 @@ def create_host(index, tag, faults, pubkey, fleet=""):
     payload = image.tar_bytes(files, dirs=[("root/.ssh", 0o700)])
     docker("cp", "-", name + ":/", input=payload)
     docker("start", name)
-    return {"index": index, "token": token, "faults": faults, "image": tag, "fleet": fleet,
-            "disk": disk_path(index), "loop": dev, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    return {
+        "index": index,
+        "token": token,
+        "faults": faults,
+        "image": tag,
+        "fleet": fleet,
+        "disk": disk_path(index),
+        "loop": dev,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
 
 
 def create_side_by_side(todo, tag, pubkey, fleet_of, state):
@@ -272,8 +355,9 @@ def create_side_by_side(todo, tag, pubkey, fleet_of, state):
     a few hosts, not twelve. fleet_of: {index: fleet key}. Records every host created in
     state (saved), also when another failed; returns the failures' messages."""
     with ThreadPoolExecutor(max_workers=CREATE_WORKERS) as pool:
-        futures = [(index, pool.submit(create_host, index, tag, faults, pubkey, fleet_of[index]))
-                   for index, faults in todo]
+        futures = [
+            (index, pool.submit(create_host, index, tag, faults, pubkey, fleet_of[index])) for index, faults in todo
+        ]
     errors = []
     for index, future in futures:
         if future.exception():
@@ -306,16 +390,18 @@ def wait_ready(index):
         state = systemd_state(index)
         if state in ("running", "degraded") and _port_open(host_address(index)):
             if state == "degraded":
-                failed = docker("exec", container_name(index), "systemctl", "--failed", "--no-legend",
-                                "--plain", check=False).stdout.strip()
+                failed = docker(
+                    "exec", container_name(index), "systemctl", "--failed", "--no-legend", "--plain", check=False
+                ).stdout.strip()
                 log("%s is degraded; failed units: %s" % (host_name(index), failed.replace("\n", "; ")))
             return state
         if state in ("maintenance", "stopping"):
             break
         time.sleep(0.5)
     logs = docker("logs", "--tail", "40", container_name(index), check=False)
-    raise SimError("%s did not boot (systemd: %s); last console lines:\n%s%s" % (
-        host_name(index), state, logs.stdout, logs.stderr))
+    raise SimError(
+        "%s did not boot (systemd: %s); last console lines:\n%s%s" % (host_name(index), state, logs.stdout, logs.stderr)
+    )
 
 
 def host_keys(index):
@@ -325,10 +411,24 @@ def host_keys(index):
 
 def ssh_cmd(index, *command):
     known_hosts = known_hosts_path(inventory_dir(owner(index)))
-    return ["ssh", "-i", SSH_KEY, "-o", "UserKnownHostsFile=" + known_hosts,
-            "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
-            "-o", "ControlMaster=no", "-o", "ControlPath=none",
-            "root@" + host_address(index)] + list(command)
+    return [
+        "ssh",
+        "-i",
+        SSH_KEY,
+        "-o",
+        "UserKnownHostsFile=" + known_hosts,
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "ConnectTimeout=5",
+        "-o",
+        "ControlMaster=no",
+        "-o",
+        "ControlPath=none",
+        "root@" + host_address(index),
+    ] + list(command)
 
 
 def ssh_ok(index):
@@ -356,8 +456,16 @@ def password_only_problem(index):
         client.load_host_keys(known)
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
         try:
-            client.connect(host_address(index), username="root", look_for_keys=False, allow_agent=False,
-                           timeout=10, banner_timeout=10, auth_timeout=10, **auth)
+            client.connect(
+                host_address(index),
+                username="root",
+                look_for_keys=False,
+                allow_agent=False,
+                timeout=10,
+                banner_timeout=10,
+                auth_timeout=10,
+                **auth,
+            )
             return True
         except paramiko.AuthenticationException:
             return False
@@ -390,6 +498,7 @@ def drop_control_masters(indexes):
     ends: close them. Ansible names them sha1("<host>-<port>-<user>")[:10] (port None when
     unset); "%h-%p-%r" is the other common ControlPath."""
     import hashlib
+
     cpdir = os.path.expanduser("~/.ansible/cp")
     if not os.path.isdir(cpdir):
         return
@@ -401,8 +510,12 @@ def drop_control_masters(indexes):
         for name in names:
             path = os.path.join(cpdir, name)
             if os.path.exists(path):
-                subprocess.run(["ssh", "-O", "exit", "-o", "ControlPath=" + path, "root@" + addr],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10)
+                subprocess.run(
+                    ["ssh", "-O", "exit", "-o", "ControlPath=" + path, "root@" + addr],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    timeout=10,
+                )
                 if os.path.exists(path):
                     os.unlink(path)
 
@@ -416,9 +529,12 @@ def _old_installer(version):
             return path
     builder = os.path.join(KIT_DIR, "xre.py")
     if not os.path.exists(builder):
-        raise SimError("fault xpu_old_driver=%s: no installer %s in %s and no builder %s"
-                       % (version, name, OLD_DRIVERS_DIR, builder))
+        raise SimError(
+            "fault xpu_old_driver=%s: no installer %s in %s and no builder %s"
+            % (version, name, OLD_DRIVERS_DIR, builder)
+        )
     import importlib.util
+
     spec = importlib.util.spec_from_file_location("kunlun_kit_xre", builder)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -437,12 +553,21 @@ def apply_old_driver(index, version):
     with open(path, "rb") as fh:
         payload = image.tar_bytes({"tmp/" + name: (fh.read(), 0o755)})
     docker("cp", "-", container_name(index) + ":/", input=payload)
-    proc = docker("exec", container_name(index), "sh", "-c",
-                  "KERNELDIR=/usr/src/linux-headers-$(uname -r) sh /tmp/%s --silent --accept-license "
-                  "&& rm -f /tmp/%s && modprobe kunlun" % (name, name), check=False, timeout=300)
+    proc = docker(
+        "exec",
+        container_name(index),
+        "sh",
+        "-c",
+        "KERNELDIR=/usr/src/linux-headers-$(uname -r) sh /tmp/%s --silent --accept-license "
+        "&& rm -f /tmp/%s && modprobe kunlun" % (name, name),
+        check=False,
+        timeout=300,
+    )
     if proc.returncode != 0:
-        raise SimError("fault xpu_old_driver=%s on %s: installer failed:\n%s%s" % (
-            version, host_name(index), proc.stdout, proc.stderr))
+        raise SimError(
+            "fault xpu_old_driver=%s on %s: installer failed:\n%s%s"
+            % (version, host_name(index), proc.stdout, proc.stderr)
+        )
     log("fault xpu_old_driver: XRE %s installed and loaded on %s" % (version, host_name(index)))
 
 
@@ -475,7 +600,8 @@ def _yaml(data):
 GENERATED = "# Generated by `kunlun-fleet sim-up`; rewritten on every run. Do not edit.\n"
 
 
-STATIC_VARS = """---
+STATIC_VARS = (
+    """---
 # Static settings of the simulated fleet (committed). `kunlun-fleet sim-up N` writes the
 # rest of this inventory: hosts.yml, host_vars/<host>.yml, .ssh/known_hosts,
 # group_vars/all/connection.yml (how to reach the hosts) and group_vars/all/machine.yml
@@ -496,7 +622,9 @@ kunlun_stack_index_sha256:
 # The gateway's router (vllm-router) and its dependencies come from the bundle's
 # wheelhouse/ (sim-up downloads them into it), as on an offline site.
 gateway_install_from: bundle
-""" % BUNDLE_DIR
+"""
+    % BUNDLE_DIR
+)
 
 
 def write_inventory(indexes, keys, inventory=INVENTORY_DIR):
@@ -521,16 +649,22 @@ def write_inventory(indexes, keys, inventory=INVENTORY_DIR):
         xpu, gateways = names[:-1], names[-1:]
     else:
         xpu, gateways = names, names[:1]
-    groups = {"all": {"children": {
-        "xpu_servers": {"hosts": {n: None for n in xpu}},
-        "image_builders": {"hosts": {names[0]: None}} if names else {"hosts": {}},
-        "gateways": {"hosts": {n: None for n in gateways}},
-        "monitoring": {"hosts": {n: None for n in gateways}},
-    }}}
-    _atomic_write(os.path.join(inventory, "hosts.yml"),
-                  GENERATED + "# The simulated fleet: %d host(s). Static settings: group_vars/all/sim.yml.\n---\n"
-                  % count + _yaml(groups)
-                  .replace(": null", ":"))
+    groups = {
+        "all": {
+            "children": {
+                "xpu_servers": {"hosts": {n: None for n in xpu}},
+                "image_builders": {"hosts": {names[0]: None}} if names else {"hosts": {}},
+                "gateways": {"hosts": {n: None for n in gateways}},
+                "monitoring": {"hosts": {n: None for n in gateways}},
+            }
+        }
+    }
+    _atomic_write(
+        os.path.join(inventory, "hosts.yml"),
+        GENERATED
+        + "# The simulated fleet: %d host(s). Static settings: group_vars/all/sim.yml.\n---\n" % count
+        + _yaml(groups).replace(": null", ":"),
+    )
     hv_dir = os.path.join(inventory, "host_vars")
     os.makedirs(hv_dir, exist_ok=True)
     for name in os.listdir(hv_dir):
@@ -538,40 +672,59 @@ def write_inventory(indexes, keys, inventory=INVENTORY_DIR):
             os.unlink(os.path.join(hv_dir, name))
     for index in indexes:
         data = {"ansible_host": host_address(index), "storage_data_disks": [DISK_DEVICE]}
-        _atomic_write(os.path.join(hv_dir, host_name(index) + ".yml"),
-                      GENERATED + "# Overrides go in host_vars/%s/*.yml (kept); fault switches in\n"
-                      "# host_vars/%s/faults.yml as `sim_faults: {NAME: VALUE}`.\n---\n"
-                      % (host_name(index), host_name(index))
-                      + _yaml(data))
+        _atomic_write(
+            os.path.join(hv_dir, host_name(index) + ".yml"),
+            GENERATED + "# Overrides go in host_vars/%s/*.yml (kept); fault switches in\n"
+            "# host_vars/%s/faults.yml as `sim_faults: {NAME: VALUE}`.\n---\n"
+            % (host_name(index), host_name(index))
+            + _yaml(data),
+        )
     lines = []
     for index in indexes:
         for key in keys.get(index, []):
             lines.append("%s,%s %s" % (host_address(index), host_name(index), key))
     _atomic_write(known_hosts_path(inventory), "".join(l + "\n" for l in lines))
-    cas = sorted(os.path.join("/usr/local/share/ca-certificates", n)
-                 for n in os.listdir("/usr/local/share/ca-certificates")
-                 if n.endswith(".crt")) if os.path.isdir("/usr/local/share/ca-certificates") else []
+    cas = (
+        sorted(
+            os.path.join("/usr/local/share/ca-certificates", n)
+            for n in os.listdir("/usr/local/share/ca-certificates")
+            if n.endswith(".crt")
+        )
+        if os.path.isdir("/usr/local/share/ca-certificates")
+        else []
+    )
     connection = {
         "ansible_user": "root",
         "ansible_python_interpreter": "/usr/bin/python3",
         "ansible_ssh_private_key_file": SSH_KEY,
-        "ansible_ssh_common_args": "-o UserKnownHostsFile=%s -o StrictHostKeyChecking=yes" % known_hosts_path(inventory),
+        "ansible_ssh_common_args": "-o UserKnownHostsFile=%s -o StrictHostKeyChecking=yes"
+        % known_hosts_path(inventory),
     }
-    _atomic_write(os.path.join(inventory, "group_vars", "all", "connection.yml"),
-                  GENERATED + "# How Ansible reaches the sim hosts: the key in the sim home, host keys\n"
-                  "# checked against the known_hosts sim-up wrote from the hosts' own keys.\n---\n"
-                  + _yaml(connection))
-    _atomic_write(os.path.join(inventory, "group_vars", "all", "machine.yml"),
-                  GENERATED + "# This machine's extra CA certificates (its egress proxy's), trusted on\n"
-                  "# the sim hosts the way the product trusts any extra CA (ca_trust_ role).\n---\n"
-                  + _yaml({"ca_trust_certificates": cas}))
+    _atomic_write(
+        os.path.join(inventory, "group_vars", "all", "connection.yml"),
+        GENERATED + "# How Ansible reaches the sim hosts: the key in the sim home, host keys\n"
+        "# checked against the known_hosts sim-up wrote from the hosts' own keys.\n---\n" + _yaml(connection),
+    )
+    _atomic_write(
+        os.path.join(inventory, "group_vars", "all", "machine.yml"),
+        GENERATED + "# This machine's extra CA certificates (its egress proxy's), trusted on\n"
+        "# the sim hosts the way the product trusts any extra CA (ca_trust_ role).\n---\n"
+        + _yaml({"ca_trust_certificates": cas}),
+    )
     # The fleet's API key, made once and kept (ansible-vault) across sim-up runs.
     from kunlun_fleet import vault
+
     vault.ensure_api_key(inventory)
 
 
 def remove_inventory(inventory=INVENTORY_DIR):
-    for rel in ("hosts.yml", ".ssh/known_hosts", "known_hosts", "group_vars/all/connection.yml", "group_vars/all/machine.yml"):
+    for rel in (
+        "hosts.yml",
+        ".ssh/known_hosts",
+        "known_hosts",
+        "group_vars/all/connection.yml",
+        "group_vars/all/machine.yml",
+    ):
         path = os.path.join(inventory, rel)
         if os.path.exists(path):
             os.unlink(path)
@@ -599,7 +752,10 @@ def _healthy(index, item, tag, faults, refresh):
         return "not on network %s at %s" % (NETWORK, host_address(index))
     devices = item["HostConfig"].get("Devices") or []
     loop = next((d["PathOnHost"] for d in devices if d["PathInContainer"] == DISK_DEVICE), None)
-    if not loop or loopdev.backing_file(os.path.basename(loop)) not in (disk_path(index), os.path.realpath(disk_path(index))):
+    if not loop or loopdev.backing_file(os.path.basename(loop)) not in (
+        disk_path(index),
+        os.path.realpath(disk_path(index)),
+    ):
         return "data disk loop %s is gone" % loop
     state = systemd_state(index)
     if state not in ("running", "degraded", "starting"):
@@ -628,8 +784,10 @@ def up(count, fault_args=(), rebuild=False, refresh=False, first=1, inventory=IN
     if count < 1 or count > 50:
         raise SimError("sim-up N: N must be 1..50 (each host takes ~45 MiB and ~3 GiB of disk)")
     if first < 1 or first + count - 1 > MAX_INDEX:
-        raise SimError("sim-up N --first K: hosts K..K+N-1 must lie in 1..%d (their addresses are "
-                       "172.31.250.(10+index)); got %d..%d" % (MAX_INDEX, first, first + count - 1))
+        raise SimError(
+            "sim-up N --first K: hosts K..K+N-1 must lie in 1..%d (their addresses are "
+            "172.31.250.(10+index)); got %d..%d" % (MAX_INDEX, first, first + count - 1)
+        )
     wanted = list(range(first, first + count))
     key = fleet_key(inventory)
     inventory = inventory_dir(key)
@@ -638,8 +796,10 @@ def up(count, fault_args=(), rebuild=False, refresh=False, first=1, inventory=IN
     for text in fault_args:
         index, name, value = parse_fault(text)
         if index not in wanted:
-            raise SimError("fault %r names %s, which is not in this fleet (%s..%s)"
-                           % (text, host_name(index), host_name(wanted[0]), host_name(wanted[-1])))
+            raise SimError(
+                "fault %r names %s, which is not in this fleet (%s..%s)"
+                % (text, host_name(index), host_name(wanted[0]), host_name(wanted[-1]))
+            )
         cli_faults.setdefault(index, {})[name] = value
     with locked():
         engine.ensure_engine()
@@ -652,14 +812,18 @@ def up(count, fault_args=(), rebuild=False, refresh=False, first=1, inventory=IN
         taken = [i for i in wanted if i in known and owner(i, existing, state) != key]
         if taken:
             other = inventory_dir(owner(taken[0], existing, state))
-            raise SimError("%s belong(s) to the sim fleet of inventory %s. Pick another range "
-                           "(--first) or remove that fleet first: sim-down --inventory %s"
-                           % (", ".join(host_name(i) for i in taken), other, other))
+            raise SimError(
+                "%s belong(s) to the sim fleet of inventory %s. Pick another range "
+                "(--first) or remove that fleet first: sim-down --inventory %s"
+                % (", ".join(host_name(i) for i in taken), other, other)
+            )
         # This fleet's hosts outside the range go first (their loops are global).
         for index in sorted(known):
             if index not in wanted and owner(index, existing, state) == key:
-                log("removing %s (the fleet is now %s..%s)" % (host_name(index), host_name(wanted[0]),
-                                                                host_name(wanted[-1])))
+                log(
+                    "removing %s (the fleet is now %s..%s)"
+                    % (host_name(index), host_name(wanted[0]), host_name(wanted[-1]))
+                )
                 _remove_host(index, state)
         todo, outdated = [], []
         for index in wanted:
@@ -681,9 +845,14 @@ def up(count, fault_args=(), rebuild=False, refresh=False, first=1, inventory=IN
         for index in wanted:
             if str(index) not in state["hosts"] and index in existing:
                 item = existing[index]
-                state["hosts"][str(index)] = {"index": index, "faults": _current_faults(item),
-                                              "image": tag, "disk": disk_path(index), "fleet": key,
-                                              "token": item["Config"]["Labels"].get(LABEL + ".token")}
+                state["hosts"][str(index)] = {
+                    "index": index,
+                    "faults": _current_faults(item),
+                    "image": tag,
+                    "disk": disk_path(index),
+                    "fleet": key,
+                    "token": item["Config"]["Labels"].get(LABEL + ".token"),
+                }
         save_state(state)
         indexes = wanted
         with ThreadPoolExecutor(max_workers=max(8, count)) as pool:
@@ -697,17 +866,25 @@ def up(count, fault_args=(), rebuild=False, refresh=False, first=1, inventory=IN
                 apply_old_driver(index, version)
             if password_only(faults):
                 apply_password_only(index)
-        bad = [host_name(i) for i in indexes
-               if not ssh_as_meant(i, state["hosts"].get(str(i), {}).get("faults"))]
+        bad = [host_name(i) for i in indexes if not ssh_as_meant(i, state["hosts"].get(str(i), {}).get("faults"))]
         if bad:
             raise SimError("SSH with checked host keys fails for %s; see `sim-status`" % ", ".join(bad))
         image.prune_old_images(tag)
     if outdated:
-        log("note: %s run(s) an older sim-host image (the kit changed since); they are kept. "
-            "Use `sim-up %d --refresh` or `sim-reset HOST` to recreate them." % (", ".join(outdated), count))
-    log("fleet of %d up in %.1f s (%d (re)created)%s: %s" % (
-        count, time.time() - start, len(todo), "" if not key else ", inventory " + inventory,
-        ", ".join("%s=%s" % (host_name(i), states[i]) for i in indexes)))
+        log(
+            "note: %s run(s) an older sim-host image (the kit changed since); they are kept. "
+            "Use `sim-up %d --refresh` or `sim-reset HOST` to recreate them." % (", ".join(outdated), count)
+        )
+    log(
+        "fleet of %d up in %.1f s (%d (re)created)%s: %s"
+        % (
+            count,
+            time.time() - start,
+            len(todo),
+            "" if not key else ", inventory " + inventory,
+            ", ".join("%s=%s" % (host_name(i), states[i]) for i in indexes),
+        )
+    )
     return {"created": [i for i, _ in todo], "hosts": indexes}
 
 
@@ -730,8 +907,10 @@ def reset(hosts, fault_args=()):
             targets = [parse_fault(text, default_host=index) for index in wanted]
         for index, name, value in targets:
             if index not in faults:
-                raise SimError("fault %r names %s, which sim-reset was not asked to reset (%s)"
-                               % (text, host_name(index), ", ".join(host_name(i) for i in wanted)))
+                raise SimError(
+                    "fault %r names %s, which sim-reset was not asked to reset (%s)"
+                    % (text, host_name(index), ", ".join(host_name(i) for i in wanted))
+                )
             faults[index][name] = value
     start = time.time()
     with locked():
@@ -746,16 +925,24 @@ def reset(hosts, fault_args=()):
         state = load_state()
         keys_of = dict((index, owner(index, existing, state)) for index in wanted)
         for index in wanted:
-            log("resetting %s with a fresh disk%s" % (host_name(index), (" and faults " + ",".join(
-                "%s=%s" % kv for kv in sorted(faults[index].items()))) if faults[index] else ""))
+            log(
+                "resetting %s with a fresh disk%s"
+                % (
+                    host_name(index),
+                    (" and faults " + ",".join("%s=%s" % kv for kv in sorted(faults[index].items())))
+                    if faults[index]
+                    else "",
+                )
+            )
         errors = create_side_by_side([(index, faults[index]) for index in wanted], tag, pubkey, keys_of, state)
         if errors:
             raise SimError("resetting hosts failed:\n" + "\n".join(errors))
         with ThreadPoolExecutor(max_workers=max(8, len(wanted))) as pool:
             list(pool.map(wait_ready, wanted))
         for key in sorted(set(keys_of.values())):
-            indexes = sorted({i for i in existing if owner(i, existing, state) == key}
-                             | {i for i in wanted if keys_of[i] == key})
+            indexes = sorted(
+                {i for i in existing if owner(i, existing, state) == key} | {i for i in wanted if keys_of[i] == key}
+            )
             keys = {}
             for i in indexes:
                 try:
@@ -783,8 +970,9 @@ def down_fleet(inventory):
     with locked():
         state = load_state()
         existing = containers() if engine.engine_answers() else {}
-        mine = sorted(i for i in set(existing) | {int(k) for k in state.get("hosts", {})}
-                      if owner(i, existing, state) == key)
+        mine = sorted(
+            i for i in set(existing) | {int(k) for k in state.get("hosts", {})} if owner(i, existing, state) == key
+        )
         for name in loopdev.kit_loops([container_name(i) for i in mine]) if mine else []:
             loopdev.detach(name)
         for index in mine:
@@ -859,18 +1047,28 @@ def status():
         disk = disk_path(index)
         used = os.stat(disk).st_blocks * 512 if os.path.exists(disk) else 0
         kit = loopdev.kit_loops([container_name(index)])
-        rows.append({
-            "host": host_name(index), "container": container_name(index),
-            "address": host_address(index), "state": item["State"]["Status"],
-            "systemd": systemd_state(index) if running else "-",
-            "ssh": ("pw" if password_only(_current_faults(item)) and password_only_problem(index) is None
-                    else "ok" if ssh_ok(index) else "FAIL")
-            if running and os.path.exists(known_hosts_path(inventory)) else "-",
-            "inventory": inventory,
-            "disk": "%s=%s (%s file, %.1f GiB used)" % (DISK_DEVICE, loop, DISK_SIZE, used / 2.0 ** 30),
-            "kit_loops": ["/dev/" + k for k in kit],
-            "faults": _current_faults(item),
-            "image": "current" if item["Config"]["Image"] == tag else "outdated (%s)" % item["Config"]["Image"],
-            "created": state.get("hosts", {}).get(str(index), {}).get("created", "?"),
-        })
+        rows.append(
+            {
+                "host": host_name(index),
+                "container": container_name(index),
+                "address": host_address(index),
+                "state": item["State"]["Status"],
+                "systemd": systemd_state(index) if running else "-",
+                "ssh": (
+                    "pw"
+                    if password_only(_current_faults(item)) and password_only_problem(index) is None
+                    else "ok"
+                    if ssh_ok(index)
+                    else "FAIL"
+                )
+                if running and os.path.exists(known_hosts_path(inventory))
+                else "-",
+                "inventory": inventory,
+                "disk": "%s=%s (%s file, %.1f GiB used)" % (DISK_DEVICE, loop, DISK_SIZE, used / 2.0**30),
+                "kit_loops": ["/dev/" + k for k in kit],
+                "faults": _current_faults(item),
+                "image": "current" if item["Config"]["Image"] == tag else "outdated (%s)" % item["Config"]["Image"],
+                "created": state.get("hosts", {}).get(str(index), {}).get("created", "?"),
+            }
+        )
     return {"engine": "running (%s)" % engine.DOCKER_HOST, "image": tag, "hosts": rows}

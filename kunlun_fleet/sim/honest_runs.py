@@ -33,10 +33,12 @@ def pytest_runtest_makereport(item, call):
     reason = _skip_reason(rep) if rep.skipped else ""
     if rep.skipped and strict() and not hasattr(rep, "wasxfail") and not reason.startswith(NOT_APPLICABLE):
         rep.outcome = "failed"
-        rep.longrepr = ("environment skip under make test / CI: %s\n"
-                        "This machine lacks what the reason names: `make test` installs it "
-                        "(scripts/install-system-deps.sh); a skip that is right on every machine "
-                        "gives a reason that starts with %r." % (reason, NOT_APPLICABLE))
+        rep.longrepr = (
+            "environment skip under make test / CI: %s\n"
+            "This machine lacks what the reason names: `make test` installs it "
+            "(scripts/install-system-deps.sh); a skip that is right on every machine "
+            "gives a reason that starts with %r." % (reason, NOT_APPLICABLE)
+        )
 
 
 def pytest_runtest_logreport(report):
@@ -44,8 +46,12 @@ def pytest_runtest_logreport(report):
     path = os.environ.get("KF_SUITE_LOG")
     if not path or (report.when != "call" and report.passed):
         return
-    entry = {"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome,
-             "duration": round(report.duration, 3)}
+    entry = {
+        "nodeid": report.nodeid,
+        "when": report.when,
+        "outcome": report.outcome,
+        "duration": round(report.duration, 3),
+    }
     if report.skipped:
         entry["reason"] = _skip_reason(report)
     with open(path, "a") as fh:

@@ -28,21 +28,56 @@ SECURITY_MIRROR = "http://deb.debian.org/debian-security"
 # Lean on purpose: what a freshly installed server has that the product relies on,
 # plus what the kit's programs need (python3, util-linux/mount for loop devices).
 PACKAGES = [
-    "systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "python3-apt", "sudo",
-    "lvm2", "xfsprogs", "e2fsprogs", "util-linux", "mount", "kmod", "acl", "attr", "rsync",
-    "iproute2", "procps", "ca-certificates", "curl", "make", "netbase", "xz-utils",
-    "gnupg", "less",
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "openssh-server",
+    "python3",
+    "python3-apt",
+    "sudo",
+    "lvm2",
+    "xfsprogs",
+    "e2fsprogs",
+    "util-linux",
+    "mount",
+    "kmod",
+    "acl",
+    "attr",
+    "rsync",
+    "iproute2",
+    "procps",
+    "ca-certificates",
+    "curl",
+    "make",
+    "netbase",
+    "xz-utils",
+    "gnupg",
+    "less",
 ]
 # Units that make no sense in a container or that would race the product's apt runs.
 MASK_UNITS = [
-    "getty@tty1.service", "console-getty.service", "serial-getty@console.service",
-    "lvm2-monitor.service", "lvm2-lvmpolld.socket", "lvm2-lvmpolld.service",
-    "blk-availability.service", "e2scrub_reap.service", "e2scrub_all.timer",
-    "apt-daily.timer", "apt-daily-upgrade.timer", "fstrim.timer", "dpkg-db-backup.timer",
-    "systemd-networkd-wait-online.service", "systemd-firstboot.service",
-    "sys-kernel-config.mount", "sys-kernel-debug.mount", "sys-kernel-tracing.mount",
-    "sys-fs-fuse-connections.mount", "proc-sys-fs-binfmt_misc.automount",
-    "systemd-binfmt.service", "systemd-modules-load.service",
+    "getty@tty1.service",
+    "console-getty.service",
+    "serial-getty@console.service",
+    "lvm2-monitor.service",
+    "lvm2-lvmpolld.socket",
+    "lvm2-lvmpolld.service",
+    "blk-availability.service",
+    "e2scrub_reap.service",
+    "e2scrub_all.timer",
+    "apt-daily.timer",
+    "apt-daily-upgrade.timer",
+    "fstrim.timer",
+    "dpkg-db-backup.timer",
+    "systemd-networkd-wait-online.service",
+    "systemd-firstboot.service",
+    "sys-kernel-config.mount",
+    "sys-kernel-debug.mount",
+    "sys-kernel-tracing.mount",
+    "sys-fs-fuse-connections.mount",
+    "proc-sys-fs-binfmt_misc.automount",
+    "systemd-binfmt.service",
+    "systemd-modules-load.service",
 ]
 # Bump when the build recipe below changes in a way the inputs do not show.
 RECIPE_VERSION = "5"
@@ -106,8 +141,7 @@ def _debootstrap_tarball():
         shutil.rmtree(target)
     log("debootstrap %s (%s) from %s; takes about a minute" % (SUITE, VARIANT, MIRROR))
     start = time.time()
-    run(["debootstrap", "--variant=" + VARIANT, "--include=" + ",".join(PACKAGES),
-         SUITE, target, MIRROR], timeout=1800)
+    run(["debootstrap", "--variant=" + VARIANT, "--include=" + ",".join(PACKAGES), SUITE, target, MIRROR], timeout=1800)
     log("debootstrap done in %.0f s" % (time.time() - start))
     # Trim caches before archiving: the tarball is reused for every image build.
     for sub in ("var/cache/apt/archives", "var/lib/apt/lists", "var/log"):
@@ -137,18 +171,26 @@ def _kernel_headers(root, release):
     """Headers for the running kernel where a vendor installer looks (KERNELDIR)."""
     parts = (release.split("-")[0].split(".") + ["0", "0"])[:3]
     base = "usr/src/linux-headers-%s" % release
-    _write(root, base + "/Makefile",
-           "# Kernel build tree stand-in for %s (sim kit): enough for out-of-tree module\n"
-           "# builds that only query the release or build against the kit's stubs.\n"
-           "VERSION = %s\nPATCHLEVEL = %s\nSUBLEVEL = %s\nEXTRAVERSION = %s\nNAME = kit\n\n"
-           "kernelrelease:\n\t@echo %s\n\nmodules modules_install clean:\n\t@true\n\n"
-           ".PHONY: kernelrelease modules modules_install clean\n"
-           % (release, parts[0], parts[1], parts[2],
-              release[len(".".join(parts)):] if release.startswith(".".join(parts)) else "",
-              release))
+    _write(
+        root,
+        base + "/Makefile",
+        "# Kernel build tree stand-in for %s (sim kit): enough for out-of-tree module\n"
+        "# builds that only query the release or build against the kit's stubs.\n"
+        "VERSION = %s\nPATCHLEVEL = %s\nSUBLEVEL = %s\nEXTRAVERSION = %s\nNAME = kit\n\n"
+        "kernelrelease:\n\t@echo %s\n\nmodules modules_install clean:\n\t@true\n\n"
+        ".PHONY: kernelrelease modules modules_install clean\n"
+        % (
+            release,
+            parts[0],
+            parts[1],
+            parts[2],
+            release[len(".".join(parts)) :] if release.startswith(".".join(parts)) else "",
+            release,
+        ),
+    )
     _write(root, base + "/include/config/kernel.release", release + "\n")
     _write(root, base + "/include/generated/utsrelease.h", '#define UTS_RELEASE "%s"\n' % release)
-    _write(root, base + "/.config", "CONFIG_MODULES=y\nCONFIG_PCI=y\nCONFIG_LOCALVERSION=\"\"\n")
+    _write(root, base + "/.config", 'CONFIG_MODULES=y\nCONFIG_PCI=y\nCONFIG_LOCALVERSION=""\n')
     _write(root, base + "/Module.symvers", "")
     moddir = os.path.join(root, "lib/modules", release)
     os.makedirs(moddir, exist_ok=True)
@@ -162,10 +204,31 @@ def _customise(root):
     release = kernel_release()
     # The hardware kit (LVM activation, XPU stand-ins, boot units) below the product line.
     if os.path.isdir(KIT_ROOTFS):
-        run(["tar", "-C", KIT_ROOTFS, "--exclude=__pycache__", "--exclude=*.pyc", "--owner=0",
-             "--group=0", "-cf", os.path.join(BUILD_DIR, "kit.tar"), "."])
-        run(["tar", "-C", root, "--keep-directory-symlink", "--no-overwrite-dir", "-xf",
-             os.path.join(BUILD_DIR, "kit.tar")])
+        run(
+            [
+                "tar",
+                "-C",
+                KIT_ROOTFS,
+                "--exclude=__pycache__",
+                "--exclude=*.pyc",
+                "--owner=0",
+                "--group=0",
+                "-cf",
+                os.path.join(BUILD_DIR, "kit.tar"),
+                ".",
+            ]
+        )
+        run(
+            [
+                "tar",
+                "-C",
+                root,
+                "--keep-directory-symlink",
+                "--no-overwrite-dir",
+                "-xf",
+                os.path.join(BUILD_DIR, "kit.tar"),
+            ]
+        )
         os.unlink(os.path.join(BUILD_DIR, "kit.tar"))
     # Host keys are made per container at first boot, never shipped in the image.
     sshdir = os.path.join(root, "etc/ssh")
@@ -177,9 +240,12 @@ def _customise(root):
     if os.path.lexists(dbus_id):
         os.unlink(dbus_id)
     _write(root, "etc/fstab", "# /etc/fstab: static file system information.\n")
-    _write(root, "etc/apt/sources.list",
-           "deb %s %s main\ndeb %s %s-updates main\ndeb %s %s-security main\n"
-           % (MIRROR, SUITE, MIRROR, SUITE, SECURITY_MIRROR, SUITE))
+    _write(
+        root,
+        "etc/apt/sources.list",
+        "deb %s %s main\ndeb %s %s-updates main\ndeb %s %s-security main\n"
+        % (MIRROR, SUITE, MIRROR, SUITE, SECURITY_MIRROR, SUITE),
+    )
     _kernel_headers(root, release)
     os.makedirs(os.path.join(root, "etc/kunlun-kit"), exist_ok=True)
     _write(root, "etc/kunlun-kit/faults", "")
@@ -218,14 +284,28 @@ def build_image(force=False):
     log("building image %s" % tag)
     run(["tar", "-C", work, "--numeric-owner", "--xattrs", "-xf", tarball])
     _customise(work)
-    tar = subprocess.Popen(["tar", "-C", work, "--numeric-owner", "--xattrs", "-cf", "-", "."],
-                           stdout=subprocess.PIPE)
+    tar = subprocess.Popen(["tar", "-C", work, "--numeric-owner", "--xattrs", "-cf", "-", "."], stdout=subprocess.PIPE)
     imp = subprocess.run(
-        [docker_cli(), "-H", DOCKER_HOST,
-         "import", "--change", 'CMD ["/sbin/init"]', "--change", "ENV container=docker",
-         "--message", "kunlun-fleet sim host", "-", tag],
-        stdin=tar.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=docker_env())
+        [
+            docker_cli(),
+            "-H",
+            DOCKER_HOST,
+            "import",
+            "--change",
+            'CMD ["/sbin/init"]',
+            "--change",
+            "ENV container=docker",
+            "--message",
+            "kunlun-fleet sim host",
+            "-",
+            tag,
+        ],
+        stdin=tar.stdout,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=docker_env(),
+    )
     tar.stdout.close()
     tar.wait()
     if imp.returncode != 0 or tar.returncode != 0:

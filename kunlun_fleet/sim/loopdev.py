@@ -83,7 +83,7 @@ def kit_loops(hosts=None):
         tag = loop_file_name(name) or ""
         if not tag.startswith(KIT_LOOP_TAG):
             continue
-        token = tag[len(KIT_LOOP_TAG):].split(":", 1)[0]
+        token = tag[len(KIT_LOOP_TAG) :].split(":", 1)[0]
         if hosts is None or token.split(".", 1)[0] in hosts:
             found.append(name)
     return found

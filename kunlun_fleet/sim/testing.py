@@ -31,8 +31,13 @@ PLAYBOOKS = os.path.join(REPO, "tests", "sim", "playbooks")
 
 def sim(*args, check=True):
     """Run a sim CLI command; return CompletedProcess with combined output."""
-    proc = subprocess.run([sys.executable, "-m", "kunlun_fleet.sim"] + list(args), cwd=REPO,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kunlun_fleet.sim"] + list(args),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     if check and proc.returncode != 0:
         raise AssertionError("sim %s failed (rc=%d):\n%s" % (" ".join(args), proc.returncode, proc.stdout))
     return proc
@@ -58,13 +63,24 @@ def closing_resets():
 
 def _env():
     from kunlun_fleet import vault
-    return dict(vault.vault_env(INVENTORY), ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
-                ANSIBLE_DEPRECATION_WARNINGS="False", ANSIBLE_NOCOLOR="1")
+
+    return dict(
+        vault.vault_env(INVENTORY),
+        ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+        ANSIBLE_DEPRECATION_WARNINGS="False",
+        ANSIBLE_NOCOLOR="1",
+    )
 
 
 def ansible(*args, check=True):
-    proc = subprocess.run([os.path.join(VENV_BIN, "ansible"), "-i", INVENTORY] + list(args),
-                          cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(
+        [os.path.join(VENV_BIN, "ansible"), "-i", INVENTORY] + list(args),
+        cwd=REPO,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     if check and proc.returncode != 0:
         raise AssertionError("ansible %s failed:\n%s" % (" ".join(args), proc.stdout))
     return proc
@@ -72,9 +88,14 @@ def ansible(*args, check=True):
 
 def playbook(name, *args, check=True):
     """Run tests/sim/playbooks/<name>; return (proc, {host: recap dict})."""
-    proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", INVENTORY,
-                           os.path.join(PLAYBOOKS, name)] + list(args),
-                          cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(
+        [os.path.join(VENV_BIN, "ansible-playbook"), "-i", INVENTORY, os.path.join(PLAYBOOKS, name)] + list(args),
+        cwd=REPO,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     if check and proc.returncode != 0:
         raise AssertionError("ansible-playbook %s failed:\n%s" % (name, proc.stdout))
     return proc, recap(proc.stdout)
@@ -96,11 +117,14 @@ def ssh(host_index, command, check=True, timeout=120):
     """Run a shell command on a sim host over SSH, host key checked. `timeout` only guards
     against a hang: a scratch lane's host runs at a low CPU weight beside the whole run."""
     from kunlun_fleet.sim import fleet
-    proc = subprocess.run(fleet.ssh_cmd(host_index, command), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, timeout=timeout)
+
+    proc = subprocess.run(
+        fleet.ssh_cmd(host_index, command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout
+    )
     if check and proc.returncode != 0:
-        raise AssertionError("ssh kf-node-%d %r failed (rc=%d): %s%s" % (
-            host_index, command, proc.returncode, proc.stdout, proc.stderr))
+        raise AssertionError(
+            "ssh kf-node-%d %r failed (rc=%d): %s%s" % (host_index, command, proc.returncode, proc.stdout, proc.stderr)
+        )
     return proc
 
 
@@ -110,6 +134,7 @@ def refuse_port(host_index, port, on, chain="INPUT"):
     cut. INPUT 22 loses the host for Ansible; OUTPUT <port> cuts its own connections out.
     Needs iptables in the host (the engine stage installs it with docker.io)."""
     from . import config, engine
+
     rule = [chain, "-p", "tcp", "--dport", str(port), "-j", "REJECT", "--reject-with", "tcp-reset"]
     engine.docker("exec", config.container_name(host_index), "iptables", "-I" if on else "-D", *rule, check=on)
 
@@ -126,6 +151,7 @@ def sim_fleet():
         # left it (sim-up would recreate one whose fault switches differ from none: every
         # suite of the lane resets its host first anyway).
         from . import fleet
+
         index, _ = lane_host(0)
         if os.path.exists(os.path.join(INVENTORY, "hosts.yml")) and fleet.ssh_ok(index):
             yield None

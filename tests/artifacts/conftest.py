@@ -1,4 +1,5 @@
 """Fixtures for the stand-in artifact tests."""
+
 import sys
 from pathlib import Path
 

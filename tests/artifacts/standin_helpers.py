@@ -44,8 +44,10 @@ def python310():
 
 
 # Why a test that needs it skips (an error under make test / CI).
-NO_PY310 = ("needs CPython 3.10, the serving image's interpreter: `pyenv install 3.10`, or "
-            "KUNLUN_SIM_PYTHON310_PREFIX set to a CPython 3.10 prefix")
+NO_PY310 = (
+    "needs CPython 3.10, the serving image's interpreter: `pyenv install 3.10`, or "
+    "KUNLUN_SIM_PYTHON310_PREFIX set to a CPython 3.10 prefix"
+)
 
 
 def install_stack(bundle_dir: Path, work: Path, components: dict, python: str) -> dict:
@@ -69,8 +71,11 @@ def install_stack(bundle_dir: Path, work: Path, components: dict, python: str) -
         return proc.stdout
 
     # torch: the vendor's .run installs with pip into the active environment
-    sh("bash", str(bundle_dir / files["torch"]),
-       env=dict(env, CONDA_PREFIX=str(venv), PATH=f"{venv}/bin:{os.environ['PATH']}"))
+    sh(
+        "bash",
+        str(bundle_dir / files["torch"]),
+        env=dict(env, CONDA_PREFIX=str(venv), PATH=f"{venv}/bin:{os.environ['PATH']}"),
+    )
     for pkg in ("kunlun_ops", "triton", "xspeedgate_ops", "cocopod"):
         sh(py, "-m", "pip", "install", "--no-deps", str(bundle_dir / files[pkg]))
     for pkg in ("vllm", "transformers"):
@@ -99,14 +104,16 @@ def make_dev_dir(path: Path, count: int) -> Path:
 
 def server_env(dev_dir: Path, **extra) -> dict:
     env = dict(os.environ)
-    env.update({
-        "PYTHONPATH": str(VLLM_SRC),
-        "KUNLUN_SIM_DEV_DIR": str(dev_dir),
-        "KUNLUN_SIM_LOAD_SECONDS": "0",
-        "KUNLUN_SIM_TOKENS_PER_SECOND": "400",
-        "HF_HUB_OFFLINE": "1",
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "PYTHONPATH": str(VLLM_SRC),
+            "KUNLUN_SIM_DEV_DIR": str(dev_dir),
+            "KUNLUN_SIM_LOAD_SECONDS": "0",
+            "KUNLUN_SIM_TOKENS_PER_SECOND": "400",
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     env.pop("XPU_VISIBLE_DEVICES", None)
     env.pop("VLLM_API_KEY", None)
     env.update({k: str(v) for k, v in extra.items()})
@@ -126,6 +133,7 @@ def make_dead_node(path: Path) -> Path:
     open(2) also answers with ENXIO."""
     import errno
     import stat as st
+
     if path.exists() or path.is_symlink():
         path.unlink()
     try:
@@ -145,8 +153,14 @@ def make_dead_node(path: Path) -> Path:
 
 def run_server_once(args, env, timeout=30, python=None):
     """Run the api_server expecting it to exit by itself (refusals, argparse errors)."""
-    return subprocess.run([python or sys.executable, "-m", "vllm.entrypoints.openai.api_server", *args],
-                          env=env, capture_output=True, text=True, timeout=timeout, cwd="/")
+    return subprocess.run(
+        [python or sys.executable, "-m", "vllm.entrypoints.openai.api_server", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd="/",
+    )
 
 
 class Server:
@@ -155,9 +169,20 @@ class Server:
         self.log_path = log_path
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(
-            [python or sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-             "--host", "127.0.0.1", "--port", str(self.port), *args],
-            env=env, stdout=self.log, stderr=subprocess.STDOUT)
+            [
+                python or sys.executable,
+                "-m",
+                "vllm.entrypoints.openai.api_server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                *args,
+            ],
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
         self.base = f"http://127.0.0.1:{self.port}"
 
     def output(self) -> str:
@@ -166,6 +191,7 @@ class Server:
 
     def wait_ready(self, budget=30.0):
         import urllib.request
+
         deadline = time.monotonic() + budget
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -46,14 +46,12 @@ def test_every_pin_is_indexed_under_the_vendor_s_or_the_index_s_name(built, pins
 
 def test_manifest_verifies_with_sha256sum(built):
     out, _ = built
-    proc = subprocess.run(["sha256sum", "-c", "--strict", "MANIFEST.sha256"], cwd=out,
-                          capture_output=True, text=True)
+    proc = subprocess.run(["sha256sum", "-c", "--strict", "MANIFEST.sha256"], cwd=out, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = (out / "MANIFEST.sha256").read_text().splitlines()
     paths = [line.split("  ", 1)[1] for line in lines]
     assert paths == sorted(paths)
-    on_disk = sorted(str(p.relative_to(out)) for p in out.rglob("*")
-                     if p.is_file() and p.name != "MANIFEST.sha256")
+    on_disk = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and p.name != "MANIFEST.sha256")
     assert paths == on_disk
 
 
@@ -63,8 +61,7 @@ def test_tampering_is_caught(built, tmp_path):
     shutil.copytree(out, copy)
     target = copy / "models" / "Qwen3.8-27B-W8A8-INT8-Dynamic" / "config.json"
     target.write_text(target.read_text().replace("262144", "1048576"))
-    assert bundle.verify(str(copy)) == [
-        "checksum mismatch: models/Qwen3.8-27B-W8A8-INT8-Dynamic/config.json"]
+    assert bundle.verify(str(copy)) == ["checksum mismatch: models/Qwen3.8-27B-W8A8-INT8-Dynamic/config.json"]
 
 
 def test_rebuild_is_skipped_and_bytes_are_stable(built, tmp_path):
@@ -105,11 +102,12 @@ def test_model_files_match_the_pins(built, pins):
     for shard in d.glob("*.safetensors"):
         raw = shard.read_bytes()
         n = int.from_bytes(raw[:8], "little")
-        header = json.loads(raw[8:8 + n])
+        header = json.loads(raw[8 : 8 + n])
         end = max(v["data_offsets"][1] for k, v in header.items() if k != "__metadata__")
         assert 8 + n + end == len(raw)
-    proc = subprocess.run(["sha256sum", "-c", "--strict", str(out / bundle_files(out)["model"])], cwd=d,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["sha256sum", "-c", "--strict", str(out / bundle_files(out)["model"])], cwd=d, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -137,28 +135,38 @@ def test_patch_script_reports_failures_on_a_wrong_torch(built, tmp_path):
     """A torch that is not the 2.5.1 stand-in: the patches fail and say so."""
     out, _ = built
     run = next((out / "torch").glob("*.run"))
-    subprocess.run(["bash", str(run), "--noexec", "--target", str(tmp_path / "x")], check=True,
-                   capture_output=True)
+    subprocess.run(["bash", str(run), "--noexec", "--target", str(tmp_path / "x")], check=True, capture_output=True)
     site = tmp_path / "site"
     with zipfile.ZipFile(next((tmp_path / "x").glob("torch-*.whl"))) as zf:
         zf.extractall(site)
     cfg = site / "torch" / "_inductor" / "config.py"
     cfg.write_text(cfg.read_text().replace('"ATEN,TRITON,CPP"', '"ATEN,TRITON"'))
     (site / "torch" / "utils" / "_triton.py").unlink()
-    subprocess.run(["tar", "-xzf", str(next((out / "src").glob("*.tar.gz"))), "-C", str(tmp_path), "--strip-components=1"],
-                   check=True)
-    proc = subprocess.run([sys.executable, str(tmp_path / "vllm_kunlun/patches/patch_torch251.py")],
-                          env=dict(os.environ, PYTHONPATH=str(site)), capture_output=True, text=True)
+    subprocess.run(
+        ["tar", "-xzf", str(next((out / "src").glob("*.tar.gz"))), "-C", str(tmp_path), "--strip-components=1"],
+        check=True,
+    )
+    proc = subprocess.run(
+        [sys.executable, str(tmp_path / "vllm_kunlun/patches/patch_torch251.py")],
+        env=dict(os.environ, PYTHONPATH=str(site)),
+        capture_output=True,
+        text=True,
+    )
     # as the vendor's script: a block per patch, the results line, a rule of 64 "=", exit 1
     assert proc.returncode == 1
     lines = proc.stdout.splitlines()
-    assert lines[-4:] == ["  Results: 9 applied  |  0 skipped  |  2 failed  |  11 total",
-                          "  Original files backed up as .bak", "  To revert: python patch_torch251.py --revert",
-                          "=" * 64]
+    assert lines[-4:] == [
+        "  Results: 9 applied  |  0 skipped  |  2 failed  |  11 total",
+        "  Original files backed up as .bak",
+        "  To revert: python patch_torch251.py --revert",
+        "=" * 64,
+    ]
     assert "Patch: torch/_inductor/config.py (lines 4)" in lines
     assert "  FAIL: File not found: %s" % (site / "torch/utils/_triton.py") in lines
-    assert lines.count("  FAIL: Original code not found. The file may have been modified or the vLLM version "
-                       "may differ.") == 1
+    assert (
+        lines.count("  FAIL: Original code not found. The file may have been modified or the vLLM version may differ.")
+        == 1
+    )
 
 
 def test_patch_script_reports_a_second_run_as_skipped_and_reverts(built, tmp_path):
@@ -170,8 +178,10 @@ def test_patch_script_reports_a_second_run_as_skipped_and_reverts(built, tmp_pat
     site = tmp_path / "site"
     with zipfile.ZipFile(next((tmp_path / "x").glob("torch-*.whl"))) as zf:
         zf.extractall(site)
-    subprocess.run(["tar", "-xzf", str(next((out / "src").glob("*.tar.gz"))), "-C", str(tmp_path), "--strip-components=1"],
-                   check=True)
+    subprocess.run(
+        ["tar", "-xzf", str(next((out / "src").glob("*.tar.gz"))), "-C", str(tmp_path), "--strip-components=1"],
+        check=True,
+    )
     script = str(tmp_path / "vllm_kunlun/patches/patch_torch251.py")
     env = dict(os.environ, PYTHONPATH=str(site))
     original = (site / "torch/cuda/__init__.py").read_text()
@@ -181,11 +191,16 @@ def test_patch_script_reports_a_second_run_as_skipped_and_reverts(built, tmp_pat
 
     first, second = run_script(), run_script()
     assert first.returncode == 0 and second.returncode == 0
-    assert first.stdout.splitlines()[-4:] == ["  Results: 11 applied  |  0 skipped  |  0 failed  |  11 total",
-                                              "  Original files backed up as .bak",
-                                              "  To revert: python patch_torch251.py --revert", "=" * 64]
-    assert second.stdout.splitlines()[-2:] == ["  Results: 0 applied  |  11 skipped  |  0 failed  |  11 total",
-                                               "=" * 64]
+    assert first.stdout.splitlines()[-4:] == [
+        "  Results: 11 applied  |  0 skipped  |  0 failed  |  11 total",
+        "  Original files backed up as .bak",
+        "  To revert: python patch_torch251.py --revert",
+        "=" * 64,
+    ]
+    assert second.stdout.splitlines()[-2:] == [
+        "  Results: 0 applied  |  11 skipped  |  0 failed  |  11 total",
+        "=" * 64,
+    ]
     assert (site / "torch/cuda/__init__.py.bak").read_text() == original
     reverted = run_script("--revert")
     assert reverted.returncode == 0 and reverted.stdout.splitlines()[-1] == "Revert complete."
@@ -206,8 +221,10 @@ def test_install_the_stack_into_a_venv(built, pins, tmp_path):
     site = Path(sh(py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
     patch = sh(py, str(site / "vllm_kunlun" / "patches" / "patch_torch251.py"))
     expect = pins["kunlun_stack_patch_expect"]
-    assert "  Results: %d applied  |  0 skipped  |  %d failed  |  11 total" % (expect["applied"], expect["failed"]) \
+    assert (
+        "  Results: %d applied  |  0 skipped  |  %d failed  |  11 total" % (expect["applied"], expect["failed"])
         in patch.splitlines()
+    )
     shutil.copy(site / "vllm_kunlun" / "patches" / "eval_frame.py", site / "torch" / "_dynamo" / "eval_frame.py")
     # the 0.15.1-era tree's quantization file (vllm_kunlun/ops/quantization/__init__.py) is
     # empty: vllm's own module stays (the image build's rule)
@@ -226,13 +243,20 @@ def test_install_the_stack_into_a_venv(built, pins, tmp_path):
         "  'q': q.get_quantization_config('compressed-tensors'), 'vllm': vllm.__version__,\n"
         "  'cuda': [torch.cuda.is_available(), torch.cuda.device_count(),\n"
         "           torch.arange(4, device='cuda:0').cpu().tolist(), str(torch.arange(4, device='cuda:0').device),\n"
-        "           torch.cuda.get_device_properties(0).total_memory, torch.cuda.get_device_properties(0).name]}))\n")
+        "           torch.cuda.get_device_properties(0).total_memory, torch.cuda.get_device_properties(0).name]}))\n"
+    )
     probe_env = dict(env, KUNLUN_SIM_DEV_DIR=str(dev), XPU_VISIBLE_DEVICES="0,1,2,3,4,5,6,7")
     got = json.loads(sh(py, "-c", probe, cwd=tmp_path, env=probe_env).strip().splitlines()[-1])
-    want = {"torch": comps["torch"]["version"], "kunlun_ops": comps["kunlun_ops"]["version"],
-            "triton": comps["triton"]["version"], "xspeedgate_ops": comps["xspeedgate_ops"]["version"],
-            "cocopod": comps["cocopod"]["version"], "vllm": comps["vllm"]["version"],
-            "vllm-kunlun": comps["vllm_kunlun"]["version"], "transformers": comps["transformers"]["version"]}
+    want = {
+        "torch": comps["torch"]["version"],
+        "kunlun_ops": comps["kunlun_ops"]["version"],
+        "triton": comps["triton"]["version"],
+        "xspeedgate_ops": comps["xspeedgate_ops"]["version"],
+        "cocopod": comps["cocopod"]["version"],
+        "vllm": comps["vllm"]["version"],
+        "vllm-kunlun": comps["vllm_kunlun"]["version"],
+        "transformers": comps["transformers"]["version"],
+    }
     assert got["versions"] == want
     assert got["torch"] == "2.5.1" and got["vllm"] == "0.15.1"
     assert got["xpu"] == 0 and got["devices"] == 8
@@ -241,8 +265,9 @@ def test_install_the_stack_into_a_venv(built, pins, tmp_path):
     assert got["file"].startswith(str(site)) and got["kunlun"].endswith(".so")
     assert got["ef"] and got["q"] == "compressed-tensors"
     # the installed wheel's server: argparse like vllm, `vllm` console script
-    proc = subprocess.run([py, "-m", "vllm.entrypoints.openai.api_server", "--bogus"], env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [py, "-m", "vllm.entrypoints.openai.api_server", "--bogus"], env=env, capture_output=True, text=True
+    )
     assert proc.returncode == 2 and "unrecognized arguments: --bogus" in proc.stderr
     assert sh(str(venv / "bin" / "vllm"), "--version").strip() == "0.15.1"
 
@@ -259,16 +284,27 @@ def test_uv_install_path(built, pins, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([UV, "venv", "-q", "-p", PY310, str(venv)], check=True)
     # setup.sh (after the sed) calls `uv` by name, as the image build does.
-    env = dict(os.environ, VIRTUAL_ENV=str(venv), UV_OFFLINE="1",
-               PATH=os.path.dirname(UV) + os.pathsep + os.environ.get("PATH", ""))
-    subprocess.run(["bash", str(out / bundle_files(out)["torch"]), "--noexec", "--target",
-                    str(tmp_path / "xpytorch_unpack")], check=True, capture_output=True)
+    env = dict(
+        os.environ,
+        VIRTUAL_ENV=str(venv),
+        UV_OFFLINE="1",
+        PATH=os.path.dirname(UV) + os.pathsep + os.environ.get("PATH", ""),
+    )
+    subprocess.run(
+        ["bash", str(out / bundle_files(out)["torch"]), "--noexec", "--target", str(tmp_path / "xpytorch_unpack")],
+        check=True,
+        capture_output=True,
+    )
     setup = tmp_path / "xpytorch_unpack" / "setup.sh"
     setup.write_text(setup.read_text().replace("pip", "uv pip").replace("CONDA_PREFIX", "VIRTUAL_ENV"))
     proc = subprocess.run(["bash", str(setup)], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    proc = subprocess.run([UV, "pip", "install", "--no-deps", str(out / bundle_files(out)["cocopod"])],
-                          env=dict(env, UV_SKIP_WHEEL_FILENAME_CHECK="1"), capture_output=True, text=True)
+    proc = subprocess.run(
+        [UV, "pip", "install", "--no-deps", str(out / bundle_files(out)["cocopod"])],
+        env=dict(env, UV_SKIP_WHEEL_FILENAME_CHECK="1"),
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     probe = "import importlib.metadata as m; print(m.version('torch'), m.version('cocopod'))"
     got = subprocess.run([str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True)

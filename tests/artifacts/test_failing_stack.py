@@ -7,6 +7,7 @@ with vllm-kunlun does. Each bad combination must stop it at start with the real 
 good one must serve. A card in error (a node with no driver behind it) must change what the
 runtime counts. The kit must make that node.
 """
+
 import importlib.util
 import json
 import os
@@ -21,8 +22,20 @@ import pytest
 
 from kunlun_fleet.sim import bundle
 from kunlun_fleet.sim.artifacts.model import build_model_dir
-from standin_helpers import (ARTIFACTS, ROOT, Server, bundle_files, install_stack, load_pins, make_dead_node,
-                             make_dev_dir, python310, run_server_once, server_env, venv_env)
+from standin_helpers import (
+    ARTIFACTS,
+    ROOT,
+    Server,
+    bundle_files,
+    install_stack,
+    load_pins,
+    make_dead_node,
+    make_dev_dir,
+    python310,
+    run_server_once,
+    server_env,
+    venv_env,
+)
 
 # Builds a bundle and two CPython 3.10 venvs of the stack: over a minute.
 pytestmark = pytest.mark.slow
@@ -35,12 +48,26 @@ API_KEY = "k-123"
 def serving_args(model_dir, **over):
     s = dict(PINS["kunlun_stack_serving"])
     s.update(over)
-    return ["--model", str(model_dir), "--tensor-parallel-size", str(s["tensor_parallel_size"]),
-            "--dtype", s["dtype"], "--quantization", s["quantization"],
-            "--max-model-len", str(s["max_model_len"]),
-            "--mamba-ssm-cache-dtype", s["mamba_ssm_cache_dtype"],
-            "--gpu-memory-utilization", str(s["gpu_memory_utilization"]),
-            "--max-num-seqs", str(s["max_num_seqs"]), "--api-key", API_KEY]
+    return [
+        "--model",
+        str(model_dir),
+        "--tensor-parallel-size",
+        str(s["tensor_parallel_size"]),
+        "--dtype",
+        s["dtype"],
+        "--quantization",
+        s["quantization"],
+        "--max-model-len",
+        str(s["max_model_len"]),
+        "--mamba-ssm-cache-dtype",
+        s["mamba_ssm_cache_dtype"],
+        "--gpu-memory-utilization",
+        str(s["gpu_memory_utilization"]),
+        "--max-num-seqs",
+        str(s["max_num_seqs"]),
+        "--api-key",
+        API_KEY,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -64,14 +91,16 @@ def good(work):
 
 
 def site_packages(stack) -> Path:
-    return Path(stack["sh"](stack["python"], "-c",
-                            "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
+    return Path(stack["sh"](stack["python"], "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
 
 
 def start_fails(stack, work, dev=None, **over):
-    proc = run_server_once(serving_args(work["model"], **over),
-                           venv_env(dev or work["dev"], XPU_VISIBLE_DEVICES="0,1,2,3,4,5,6,7"),
-                           python=stack["python"], timeout=60)
+    proc = run_server_once(
+        serving_args(work["model"], **over),
+        venv_env(dev or work["dev"], XPU_VISIBLE_DEVICES="0,1,2,3,4,5,6,7"),
+        python=stack["python"],
+        timeout=60,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
     return out
@@ -80,14 +109,17 @@ def start_fails(stack, work, dev=None, **over):
 # ----------------------------------------------------------------------------- good stack
 def test_good_stack_loads_its_plugin_and_serves(good, work, tmp_path):
     env = venv_env(work["dev"], XPU_VISIBLE_DEVICES="0,1,2,3,4,5,6,7")
-    srv = Server(serving_args(work["model"]) + ["--served-model-name", "m"], env,
-                 tmp_path / "good.log", python=good["python"])
+    srv = Server(
+        serving_args(work["model"]) + ["--served-model-name", "m"], env, tmp_path / "good.log", python=good["python"]
+    )
     try:
         srv.wait_ready(60)
         req = urllib.request.Request(
-            srv.base + "/v1/completions", method="POST",
+            srv.base + "/v1/completions",
+            method="POST",
             data=json.dumps({"model": "m", "prompt": "hello", "max_tokens": 3}).encode(),
-            headers={"Content-Type": "application/json", "Authorization": "Bearer " + API_KEY})
+            headers={"Content-Type": "application/json", "Authorization": "Bearer " + API_KEY},
+        )
         with urllib.request.urlopen(req, timeout=30) as r:
             body = json.loads(r.read())
         assert body["usage"]["completion_tokens"] == 3
@@ -108,12 +140,18 @@ def test_transformers_5_5_3_stops_vllm_at_start(good, work):
         out = start_fails(good, work)
         assert "EngineCore failed to start." in out
         assert "AttributeError: 'Qwen2VLImageProcessor' object has no attribute 'max_pixels'" in out
-        assert ("RuntimeError: Engine core initialization failed. See root cause above. "
-                "Failed core proc(s): {}") in out
+        assert ("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}") in out
         assert "Application startup complete." not in out
     finally:
-        sh(py, "-m", "pip", "install", "--no-deps", "--force-reinstall",
-           str(work["bundle"] / bundle_files(work["bundle"])["transformers"]))
+        sh(
+            py,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--force-reinstall",
+            str(work["bundle"] / bundle_files(work["bundle"])["transformers"]),
+        )
 
 
 def test_missing_kunlun_extension_stops_vllm_at_start(good, work):
@@ -125,7 +163,7 @@ def test_missing_kunlun_extension_stops_vllm_at_start(good, work):
     try:
         out = start_fails(good, work)
         assert "ImportError: cannot import name '_kunlun' from 'vllm_kunlun'" in out
-        assert "Resolved architecture" not in out   # stopped before the model is looked at
+        assert "Resolved architecture" not in out  # stopped before the model is looked at
     finally:
         aside.rename(ext[0])
 
@@ -135,10 +173,13 @@ def test_vllm_kunlun_2fda97b_with_kunlun_ops_0_1_58_stops_vllm_at_start(work):
     comps["vllm_kunlun"]["artifact"] = work["variant"]
     (work["tmp"] / "v2fda97b").mkdir()
     stack = install_stack(work["bundle"], work["tmp"] / "v2fda97b", comps, PY310)
-    got = stack["sh"](stack["python"], "-c",
-                      "import importlib.metadata as m, vllm_kunlun; from vllm_kunlun import _kunlun; "
-                      "print(m.version('vllm-kunlun'), vllm_kunlun.__commit__, *_kunlun.version())",
-                      cwd="/").split()
+    got = stack["sh"](
+        stack["python"],
+        "-c",
+        "import importlib.metadata as m, vllm_kunlun; from vllm_kunlun import _kunlun; "
+        "print(m.version('vllm-kunlun'), vllm_kunlun.__commit__, *_kunlun.version())",
+        cwd="/",
+    ).split()
     assert got == ["0.25.1.dev0", "2fda97b", "0.25.1.dev0", "2fda97b"]
     out = start_fails(stack, work)
     assert "Platform plugin kunlun is activated" in out
@@ -161,8 +202,7 @@ def test_operator_tables_give_the_notes_counts():
 
     def mismatches(calls):
         missing = [op for op, _ in calls if op not in ops]
-        keywords = {op: sorted(set(kw) - set(ops[op])) for op, kw in calls
-                    if op in ops and set(kw) - set(ops[op])}
+        keywords = {op: sorted(set(kw) - set(ops[op])) for op, kw in calls if op in ops and set(kw) - set(ops[op])}
         return missing, keywords
 
     good = _load(ARTIFACTS / "vllm_kunlun_src/vllm_kunlun/ops/_calls.py", "calls_good").CALLS
@@ -183,8 +223,10 @@ def dev_error(work):
 
 
 def test_device_in_error_is_not_counted_by_the_runtime(good, dev_error, work):
-    probe = ("import torch, torch_xmlir; print(torch_xmlir._XMLIRC._xpu_get_devices_number(), "
-             "torch.cuda.device_count(), torch.xpu.device_count())")
+    probe = (
+        "import torch, torch_xmlir; print(torch_xmlir._XMLIRC._xpu_get_devices_number(), "
+        "torch.cuda.device_count(), torch.xpu.device_count())"
+    )
     env = venv_env(dev_error, XPU_VISIBLE_DEVICES="0,1,2,3,4,5,6,7")
     assert good["sh"](good["python"], "-c", probe, env=env, cwd="/").split() == ["7", "7", "0"]
     env = venv_env(work["dev"], XPU_VISIBLE_DEVICES="0,1,2,3,4,5,6,7")
@@ -212,8 +254,12 @@ def test_torch_cuda_answers_from_the_devices_the_runtime_opens(good, dev_error, 
     """torch.cuda in CUDA-compatible mode counts what torch_xmlir counts, and fails like the real
     one: a device in error leaves 7 (cuda:7 is then past the count), no device leaves none.
     torch.xpu (Intel's) never has a device."""
-    xpu_fails = ["RuntimeError: PyTorch is not linked with support for xpu devices",
-                 "AssertionError: Torch not compiled with XPU enabled", False, 0]
+    xpu_fails = [
+        "RuntimeError: PyTorch is not linked with support for xpu devices",
+        "AssertionError: Torch not compiled with XPU enabled",
+        False,
+        0,
+    ]
     gib96 = 98304 * 1024 * 1024
 
     def run(dev):
@@ -221,8 +267,9 @@ def test_torch_cuda_answers_from_the_devices_the_runtime_opens(good, dev_error, 
         return json.loads(good["sh"](good["python"], "-c", CUDA_PROBE, env=env, cwd="/").strip().splitlines()[-1])
 
     assert run(work["dev"]) == [True, 8, [0, 1, 2, 3], [0, 1, 2, 3], gib96] + xpu_fails
-    assert run(dev_error) == [True, 7, [0, 1, 2, 3], "RuntimeError: CUDA error: invalid device ordinal",
-                              gib96] + xpu_fails
+    assert (
+        run(dev_error) == [True, 7, [0, 1, 2, 3], "RuntimeError: CUDA error: invalid device ordinal", gib96] + xpu_fails
+    )
     none = tmp_path / "no-dev"
     none.mkdir()
     assert run(none) == [False, 0] + ["RuntimeError: No CUDA GPUs are available"] * 3 + xpu_fails
@@ -253,8 +300,12 @@ def test_kit_makes_the_node_of_a_device_in_error_unopenable(tmp_path):
     (root / "etc/kunlun-kit").mkdir(parents=True)
     (root / "etc/kunlun-kit/faults").write_text("xpu_error_device=3\n")
     modprobe = ROOT / "kunlun_fleet/sim/kit/rootfs/usr/local/sbin/modprobe"
-    proc = subprocess.run([sys.executable, str(modprobe), "kunlun"], env=dict(os.environ, XRE_PREFIX=str(root)),
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, str(modprobe), "kunlun"],
+        env=dict(os.environ, XRE_PREFIX=str(root)),
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     for i in range(8):
         st = os.stat(root / "dev" / f"xpu{i}")
@@ -263,6 +314,6 @@ def test_kit_makes_the_node_of_a_device_in_error_unopenable(tmp_path):
         assert (os.major(st.st_rdev), os.minor(st.st_rdev)) == want, i
     with pytest.raises(OSError) as err:
         os.open(root / "dev" / "xpu3", os.O_RDWR)
-    assert err.value.errno == 6   # ENXIO
+    assert err.value.errno == 6  # ENXIO
     os.close(os.open(root / "dev" / "xpu0", os.O_RDWR))
     shutil.rmtree(root / "dev")

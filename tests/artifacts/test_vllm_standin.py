@@ -15,8 +15,7 @@ from openai import OpenAI
 
 import openai
 from kunlun_fleet.sim.artifacts.model import build_model_dir
-from standin_helpers import (VLLM_SRC, Server, free_port, make_dev_dir, run_server_once,
-                             server_env)
+from standin_helpers import VLLM_SRC, Server, free_port, make_dev_dir, run_server_once, server_env
 
 API_KEY = "test-key-123"
 SERVED = "qwen38-test"
@@ -26,16 +25,29 @@ def serving_args(pins, model_dir, **over):
     """The product's serving flags, built from the pins the way the serve role does."""
     s = dict(pins["kunlun_stack_serving"])
     s.update(over)
-    args = ["--model", str(model_dir),
-            "--tensor-parallel-size", str(s["tensor_parallel_size"]),
-            "--dtype", s["dtype"], "--quantization", s["quantization"],
-            "--max-model-len", str(s["max_model_len"]),
-            "--mamba-ssm-cache-dtype", s["mamba_ssm_cache_dtype"],
-            "--gpu-memory-utilization", str(s["gpu_memory_utilization"]),
-            "--enable-prefix-caching" if s["enable_prefix_caching"] else "--no-enable-prefix-caching",
-            "--max-num-seqs", str(s["max_num_seqs"]),
-            "--reasoning-parser", s["reasoning_parser"],
-            "--tool-call-parser", s["tool_call_parser"]]
+    args = [
+        "--model",
+        str(model_dir),
+        "--tensor-parallel-size",
+        str(s["tensor_parallel_size"]),
+        "--dtype",
+        s["dtype"],
+        "--quantization",
+        s["quantization"],
+        "--max-model-len",
+        str(s["max_model_len"]),
+        "--mamba-ssm-cache-dtype",
+        s["mamba_ssm_cache_dtype"],
+        "--gpu-memory-utilization",
+        str(s["gpu_memory_utilization"]),
+        "--enable-prefix-caching" if s["enable_prefix_caching"] else "--no-enable-prefix-caching",
+        "--max-num-seqs",
+        str(s["max_num_seqs"]),
+        "--reasoning-parser",
+        s["reasoning_parser"],
+        "--tool-call-parser",
+        s["tool_call_parser"],
+    ]
     if s["enable_auto_tool_choice"]:
         args.append("--enable-auto-tool-choice")
     return args
@@ -56,10 +68,12 @@ def dev8(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, pins, model_dir, dev8):
     """One server with the product's flags (TP 8 on 8 nodes), max-num-seqs 2 to queue."""
-    args = serving_args(pins, model_dir, max_num_seqs=2) + [
-        "--api-key", API_KEY, "--served-model-name", SERVED]
-    env = server_env(dev8, KUNLUN_SIM_TOKENS_PER_SECOND="100",
-                     XPU_VISIBLE_DEVICES=pins["kunlun_stack_serving_env"]["XPU_VISIBLE_DEVICES"])
+    args = serving_args(pins, model_dir, max_num_seqs=2) + ["--api-key", API_KEY, "--served-model-name", SERVED]
+    env = server_env(
+        dev8,
+        KUNLUN_SIM_TOKENS_PER_SECOND="100",
+        XPU_VISIBLE_DEVICES=pins["kunlun_stack_serving_env"]["XPU_VISIBLE_DEVICES"],
+    )
     srv = Server(args, env, tmp_path_factory.mktemp("log") / "server.log")
     try:
         srv.wait_ready()
@@ -103,20 +117,31 @@ def test_unknown_flag_exits_2_like_argparse(tmp_path, dev8, model_dir):
 
 
 def test_bad_choice_exits_2(dev8, model_dir):
-    proc = run_server_once(["--model", str(model_dir), "--mamba-ssm-cache-dtype", "bfloat16"],
-                           server_env(dev8))
+    proc = run_server_once(["--model", str(model_dir), "--mamba-ssm-cache-dtype", "bfloat16"], server_env(dev8))
     assert proc.returncode == 2
     assert "argument --mamba-ssm-cache-dtype: invalid choice: 'bfloat16'" in proc.stderr
 
 
 def test_product_flags_parse_to_their_values(pins, model_dir, dev8):
-    args = serving_args(pins, model_dir) + ["--api-key", "k", "--served-model-name", "m",
-                                            "--port", "8000", "--trust-remote-code",
-                                            "--uvicorn-log-level", "warning", "--disable-log-requests"]
-    code = ("import json, sys; from vllm.entrypoints.openai.api_server import build_parser; "
-            "a = build_parser().parse_args(sys.argv[1:]); print(json.dumps(vars(a)))")
-    proc = __import__("subprocess").run([sys.executable, "-c", code, *args], env=server_env(dev8),
-                                        capture_output=True, text=True)
+    args = serving_args(pins, model_dir) + [
+        "--api-key",
+        "k",
+        "--served-model-name",
+        "m",
+        "--port",
+        "8000",
+        "--trust-remote-code",
+        "--uvicorn-log-level",
+        "warning",
+        "--disable-log-requests",
+    ]
+    code = (
+        "import json, sys; from vllm.entrypoints.openai.api_server import build_parser; "
+        "a = build_parser().parse_args(sys.argv[1:]); print(json.dumps(vars(a)))"
+    )
+    proc = __import__("subprocess").run(
+        [sys.executable, "-c", code, *args], env=server_env(dev8), capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
     ns = json.loads(proc.stdout.strip().splitlines()[-1])
     s = pins["kunlun_stack_serving"]
@@ -163,16 +188,17 @@ def test_config_json_invalid(tmp_path, dev8, pins):
 def test_max_model_len_beyond_config(pins, model_dir, dev8):
     proc = run_server_once(serving_args(pins, model_dir, max_model_len=300000), server_env(dev8))
     assert proc.returncode != 0
-    assert ("User-specified max_model_len (300000) is greater than the derived max_model_len "
-            "(max_position_embeddings=262144") in proc.stderr
+    assert (
+        "User-specified max_model_len (300000) is greater than the derived max_model_len "
+        "(max_position_embeddings=262144"
+    ) in proc.stderr
 
 
 def test_rope_scaling_beyond_native_window_refused(tmp_path, pins, dev8):
     d = tmp_path / "yarn"
     build_model_dir(str(d), pins)
     cfg = json.loads((d / "config.json").read_text())
-    cfg["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0,
-                           "original_max_position_embeddings": 262144}
+    cfg["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 262144}
     (d / "config.json").write_text(json.dumps(cfg))
     proc = run_server_once(serving_args(pins, d, max_model_len=1048576), server_env(dev8))
     assert proc.returncode != 0
@@ -196,8 +222,10 @@ def test_visible_devices_restrict_the_count(pins, model_dir, dev8):
 def test_quantization_mismatch(pins, model_dir, dev8):
     proc = run_server_once(serving_args(pins, model_dir, quantization="fp8"), server_env(dev8))
     assert proc.returncode != 0
-    assert ("Quantization method specified in the model config (compressed-tensors) does not "
-            "match the quantization method specified in the `quantization` argument (fp8)") in proc.stderr
+    assert (
+        "Quantization method specified in the model config (compressed-tensors) does not "
+        "match the quantization method specified in the `quantization` argument (fp8)"
+    ) in proc.stderr
 
 
 def test_dtype_mismatch(pins, model_dir, dev8):
@@ -273,8 +301,7 @@ def test_completion_is_deterministic_for_a_prompt(client):
 
 def _short_natural_prompt():
     """A prompt whose natural answer (end-of-sequence) comes early, found with the engine."""
-    spec = importlib.util.spec_from_file_location(
-        "_pacing", VLLM_SRC / "vllm" / "engine" / "pacing.py")
+    spec = importlib.util.spec_from_file_location("_pacing", VLLM_SRC / "vllm" / "engine" / "pacing.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     for i in range(2000):
@@ -294,8 +321,12 @@ def test_natural_stop_before_max_tokens(client):
 
 def test_chat_stream_with_usage(client):
     stream = client.chat.completions.create(
-        model=SERVED, messages=[{"role": "user", "content": "Say hello"}], max_tokens=6,
-        stream=True, stream_options={"include_usage": True})
+        model=SERVED,
+        messages=[{"role": "user", "content": "Say hello"}],
+        max_tokens=6,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     pieces, finish, usage = [], None, None
     for chunk in stream:
         if chunk.choices:
@@ -313,16 +344,18 @@ def test_chat_stream_with_usage(client):
 
 
 def test_chat_non_streamed(client):
-    r = client.chat.completions.create(model=SERVED, messages=[{"role": "user", "content": "hi"}],
-                                       max_tokens=4)
+    r = client.chat.completions.create(model=SERVED, messages=[{"role": "user", "content": "hi"}], max_tokens=4)
     assert r.choices[0].message.role == "assistant"
     assert len(r.choices[0].message.content.split()) == 4
     assert r.usage.completion_tokens == 4
 
 
 def test_completion_stream(client):
-    text = "".join(c.choices[0].text for c in client.completions.create(
-        model=SERVED, prompt="stream me", max_tokens=5, stream=True) if c.choices)
+    text = "".join(
+        c.choices[0].text
+        for c in client.completions.create(model=SERVED, prompt="stream me", max_tokens=5, stream=True)
+        if c.choices
+    )
     assert len(text.split()) == 5
 
 
@@ -330,20 +363,26 @@ def test_errors_look_like_vllm(client):
     with pytest.raises(openai.NotFoundError, match="does not exist"):
         client.completions.create(model="other-model", prompt="x", max_tokens=2)
     # vllm 0.15.1's words for completions (tests/real_engine compares every such answer).
-    with pytest.raises(openai.BadRequestError,
-                       match=r"cannot be greater than the model's maximum context length \(262144\)"):
+    with pytest.raises(
+        openai.BadRequestError, match=r"cannot be greater than the model's maximum context length \(262144\)"
+    ):
         client.completions.create(model=SERVED, prompt="x", max_tokens=300000)
 
 
 def test_metrics_have_vllm_names(server, client):
     client.completions.create(model=SERVED, prompt="count me", max_tokens=3)
     text = metrics(server)
-    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting",
-                 "vllm:kv_cache_usage_perc", "vllm:time_to_first_token_seconds_bucket",
-                 "vllm:inter_token_latency_seconds_bucket",
-                 "vllm:request_time_per_output_token_seconds_bucket",
-                 "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
-                 "vllm:request_success_total"):
+    for name in (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:time_to_first_token_seconds_bucket",
+        "vllm:inter_token_latency_seconds_bucket",
+        "vllm:request_time_per_output_token_seconds_bucket",
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+        "vllm:request_success_total",
+    ):
         assert re.search(rf'^{re.escape(name)}{{[^}}]*model_name="{SERVED}"', text, re.M), name
     assert metric_value(text, "vllm:generation_tokens_total") >= 3
     assert metric_value(text, "vllm:request_success_total", finished_reason="length") >= 1
@@ -351,10 +390,12 @@ def test_metrics_have_vllm_names(server, client):
 
 def test_requests_beyond_max_num_seqs_wait(server):
     """max-num-seqs is 2: with 5 requests in flight, 3 wait (vllm:num_requests_waiting)."""
+
     def one(i):
         c = OpenAI(base_url=server.base + "/v1", api_key=API_KEY, max_retries=0)
-        return c.completions.create(model=SERVED, prompt=f"queue {i}", max_tokens=60,
-                                    extra_body={"ignore_eos": True}).usage.completion_tokens
+        return c.completions.create(
+            model=SERVED, prompt=f"queue {i}", max_tokens=60, extra_body={"ignore_eos": True}
+        ).usage.completion_tokens
 
     seen_waiting, seen_running = 0.0, 0.0
     with concurrent.futures.ThreadPoolExecutor(5) as pool:
@@ -372,7 +413,10 @@ def test_requests_beyond_max_num_seqs_wait(server):
 def test_vllm_cli_version():
     proc = __import__("subprocess").run(
         [sys.executable, "-m", "vllm.entrypoints.cli.main", "--version"],
-        env=server_env(VLLM_SRC), capture_output=True, text=True)
+        env=server_env(VLLM_SRC),
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "0.15.1"
 
 
@@ -381,20 +425,28 @@ def test_port_in_use_fails_fast(pins, model_dir, dev8):
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))
         s.listen(1)
-        proc = run_server_once(serving_args(pins, model_dir) + ["--host", "127.0.0.1", "--port", str(port)],
-                               server_env(dev8))
+        proc = run_server_once(
+            serving_args(pins, model_dir) + ["--host", "127.0.0.1", "--port", str(port)], server_env(dev8)
+        )
     assert proc.returncode != 0
     assert "Address already in use" in proc.stderr
 
 
 def test_client_disconnect_aborts_the_request(server):
     """A stream closed by the client stops generating (vllm aborts the request)."""
-    body = json.dumps({"model": SERVED, "prompt": "abort me", "max_tokens": 100000,
-                       "ignore_eos": True, "stream": True}).encode()
+    body = json.dumps(
+        {"model": SERVED, "prompt": "abort me", "max_tokens": 100000, "ignore_eos": True, "stream": True}
+    ).encode()
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Authorization: Bearer " + API_KEY.encode() + b"\r\nContent-Length: "
-                  + str(len(body)).encode() + b"\r\n\r\n" + body)
+        s.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Authorization: Bearer "
+            + API_KEY.encode()
+            + b"\r\nContent-Length: "
+            + str(len(body)).encode()
+            + b"\r\n\r\n"
+            + body
+        )
         got = b""
         while got.count(b"data: ") < 3:
             got += s.recv(4096)
@@ -410,11 +462,14 @@ def _fire(port, count, max_tokens):
 
     async def one(i):
         r, w = await asyncio.open_connection("127.0.0.1", port)
-        body = json.dumps({"model": SERVED, "prompt": f"load {i}", "max_tokens": max_tokens,
-                           "ignore_eos": True}).encode()
-        w.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                b"Authorization: Bearer " + API_KEY.encode() + b"\r\nConnection: close\r\n"
-                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        body = json.dumps(
+            {"model": SERVED, "prompt": f"load {i}", "max_tokens": max_tokens, "ignore_eos": True}
+        ).encode()
+        w.write(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Authorization: Bearer " + API_KEY.encode() + b"\r\nConnection: close\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
         await w.drain()
         status = int((await r.readline()).split()[1])
         w.close()
@@ -439,19 +494,22 @@ def test_memory_model_follows_the_notes(pins):
     from types import SimpleNamespace
 
     from kunlun_fleet.sim.artifacts.model import config as model_config
+
     mem = _memory_model()
     cfg = model_config(pins)
 
     def model(util, dtype):
-        return mem.MemoryModel(SimpleNamespace(tensor_parallel_size=8, gpu_memory_utilization=util,
-                                               mamba_ssm_cache_dtype=dtype), cfg)
+        return mem.MemoryModel(
+            SimpleNamespace(tensor_parallel_size=8, gpu_memory_utilization=util, mamba_ssm_cache_dtype=dtype), cfg
+        )
+
     assert mem.CARD_MIB == 98304
     assert round(model(0.9, "float16").kv_mib / 1024, 2) == 86.24
     assert model(0.9, "float16").max_running() == 255
     assert model(0.75, "float16").max_running() >= 256
     f16, f32 = model(0.9, "float16"), model(0.9, "float32")
     assert f32.max_running() < 256 // 2 + 8 and f32.per_seq_mib > 1.9 * f16.per_seq_mib
-    assert model(0.9, "auto").state_dtype == "float32"   # the model's mamba_ssm_dtype
+    assert model(0.9, "auto").state_dtype == "float32"  # the model's mamba_ssm_dtype
 
 
 def test_one_card_holding_the_whole_model_needs_a_lower_utilization(tmp_path, model_dir):
@@ -460,8 +518,9 @@ def test_one_card_holding_the_whole_model_needs_a_lower_utilization(tmp_path, mo
     it serves."""
     dev1 = make_dev_dir(tmp_path / "dev1", 1)
     args = ["--model", str(model_dir), "--tensor-parallel-size", "1", "--max-model-len", "4096"]
-    proc = run_server_once(args + ["--gpu-memory-utilization", "0.9", "--port", str(free_port())],
-                           server_env(dev1), timeout=10)
+    proc = run_server_once(
+        args + ["--gpu-memory-utilization", "0.9", "--port", str(free_port())], server_env(dev1), timeout=10
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "ValueError: No available memory for the cache blocks." in proc.stdout + proc.stderr
     log = tmp_path / "serve.log"
@@ -473,19 +532,27 @@ def test_one_card_holding_the_whole_model_needs_a_lower_utilization(tmp_path, mo
         srv.stop()
 
 
-@pytest.mark.parametrize("gpu_util, ssm_dtype, count, dies", [
-    (0.9, "float16", 256, True),     # KV cache 86.24 GiB: the 256th SSM state does not fit
-    (0.9, "float32", 160, True),     # float32 state: twice the room, out well before 256
-    (0.75, "float16", 256, False),   # the validated settings hold 256 concurrent requests
-])
-def test_ssm_state_out_of_memory_under_load(tmp_path, pins, model_dir, dev8, gpu_util, ssm_dtype,
-                                            count, dies):
-    args = serving_args(pins, model_dir, gpu_memory_utilization=gpu_util,
-                        mamba_ssm_cache_dtype=ssm_dtype) + ["--api-key", API_KEY,
-                                                           "--served-model-name", SERVED,
-                                                           "--disable-uvicorn-access-log"]
-    srv = Server(args, server_env(dev8, KUNLUN_SIM_TOKENS_PER_SECOND="1000",
-                                  KUNLUN_SIM_PEAK_TOKENS_PER_SECOND="20000"), tmp_path / "oom.log")
+@pytest.mark.parametrize(
+    "gpu_util, ssm_dtype, count, dies",
+    [
+        (0.9, "float16", 256, True),  # KV cache 86.24 GiB: the 256th SSM state does not fit
+        (0.9, "float32", 160, True),  # float32 state: twice the room, out well before 256
+        (0.75, "float16", 256, False),  # the validated settings hold 256 concurrent requests
+    ],
+)
+def test_ssm_state_out_of_memory_under_load(tmp_path, pins, model_dir, dev8, gpu_util, ssm_dtype, count, dies):
+    args = serving_args(pins, model_dir, gpu_memory_utilization=gpu_util, mamba_ssm_cache_dtype=ssm_dtype) + [
+        "--api-key",
+        API_KEY,
+        "--served-model-name",
+        SERVED,
+        "--disable-uvicorn-access-log",
+    ]
+    srv = Server(
+        args,
+        server_env(dev8, KUNLUN_SIM_TOKENS_PER_SECOND="1000", KUNLUN_SIM_PEAK_TOKENS_PER_SECOND="20000"),
+        tmp_path / "oom.log",
+    )
     try:
         srv.wait_ready()
         # not at start: it serves a request before the load

@@ -38,11 +38,29 @@ def model_dir(base: Path) -> Path:
 
 def serving_args(model: Path, max_num_seqs=256):
     s = load_pins()["kunlun_stack_serving"]
-    return ["--model", str(model), "--tensor-parallel-size", str(s["tensor_parallel_size"]),
-            "--dtype", s["dtype"], "--quantization", s["quantization"],
-            "--max-model-len", str(s["max_model_len"]), "--mamba-ssm-cache-dtype", s["mamba_ssm_cache_dtype"],
-            "--gpu-memory-utilization", str(s["gpu_memory_utilization"]), "--max-num-seqs", str(max_num_seqs),
-            "--api-key", API_KEY, "--served-model-name", SERVED, "--disable-uvicorn-access-log"]
+    return [
+        "--model",
+        str(model),
+        "--tensor-parallel-size",
+        str(s["tensor_parallel_size"]),
+        "--dtype",
+        s["dtype"],
+        "--quantization",
+        s["quantization"],
+        "--max-model-len",
+        str(s["max_model_len"]),
+        "--mamba-ssm-cache-dtype",
+        s["mamba_ssm_cache_dtype"],
+        "--gpu-memory-utilization",
+        str(s["gpu_memory_utilization"]),
+        "--max-num-seqs",
+        str(max_num_seqs),
+        "--api-key",
+        API_KEY,
+        "--served-model-name",
+        SERVED,
+        "--disable-uvicorn-access-log",
+    ]
 
 
 def start_servers(tmp: Path, count: int, max_num_seqs=256, **env):
@@ -127,10 +145,15 @@ def write_inventory(path: Path, servers, gateway_url, model: Path, report_dir: P
     inv = {"all": {"children": {"xpu_servers": {"hosts": {h: {} for h in hosts}}, "gateways": {"hosts": {}}}}}
     (path / "hosts.yml").write_text(yaml.safe_dump(inv))
     gv = {
-        "ansible_connection": "local", "ansible_python_interpreter": str(ROOT / ".venv" / "bin" / "python"),
-        "ansible_become": False, "vault_kunlun_api_key": API_KEY,
-        "bench_tokenizer": str(model), "bench_report_dir": str(report_dir), "bench_install_venv": False,
-        "bench_host_urls": {h: srv.base for h, srv in hosts.items()}, "bench_gateway_url": gateway_url,
+        "ansible_connection": "local",
+        "ansible_python_interpreter": str(ROOT / ".venv" / "bin" / "python"),
+        "ansible_become": False,
+        "vault_kunlun_api_key": API_KEY,
+        "bench_tokenizer": str(model),
+        "bench_report_dir": str(report_dir),
+        "bench_install_venv": False,
+        "bench_host_urls": {h: srv.base for h, srv in hosts.items()},
+        "bench_gateway_url": gateway_url,
         "bench_image_pin_file": str(path / "image-pin"),
     }
     gv.update(settings)
@@ -142,8 +165,13 @@ def write_inventory(path: Path, servers, gateway_url, model: Path, report_dir: P
 def run_bench(inventory: Path, *args, timeout=900):
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     env.pop("ANSIBLE_VAULT_PASSWORD_FILE", None)
-    cmd = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), str(ROOT / "playbooks" / "bench.yml"),
-           "-i", str(inventory), *args]
+    cmd = [
+        str(ROOT / ".venv" / "bin" / "ansible-playbook"),
+        str(ROOT / "playbooks" / "bench.yml"),
+        "-i",
+        str(inventory),
+        *args,
+    ]
     return subprocess.run(cmd, cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=timeout)
 
 

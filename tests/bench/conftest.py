@@ -1,4 +1,5 @@
 """The bench suites: benchkit (local stand-in fleets) importable."""
+
 import sys
 from pathlib import Path
 

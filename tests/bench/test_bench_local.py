@@ -56,18 +56,61 @@ def test_one_point_client_and_servers_agree(tmp_path):
     try:
         model = bk.model_dir(tmp_path / "models")
         play = tmp_path / "point.yml"
-        play.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": [
-            {"bench_point": {"aiperf": str(bk.AIPERF), "url": srv.base, "model": bk.SERVED, "tokenizer": str(model),
-                             "api_key": bk.API_KEY, "concurrency": 32, "requests": 64, "isl": 256, "osl": 48,
-                             "timeout": 120, "metrics": [{"host": "h1", "url": srv.base + "/metrics"}],
-                             "artifact_dir": str(tmp_path / "point"), "label": "h1-c32"},
-             "register": "r"},
-            {"ansible.builtin.copy": {"content": "{{ r | to_json }}", "dest": str(tmp_path / "r.json"),
-                                      "mode": "0600"}}]}]))
+        play.write_text(
+            json.dumps(
+                [
+                    {
+                        "hosts": "localhost",
+                        "gather_facts": False,
+                        "tasks": [
+                            {
+                                "bench_point": {
+                                    "aiperf": str(bk.AIPERF),
+                                    "url": srv.base,
+                                    "model": bk.SERVED,
+                                    "tokenizer": str(model),
+                                    "api_key": bk.API_KEY,
+                                    "concurrency": 32,
+                                    "requests": 64,
+                                    "isl": 256,
+                                    "osl": 48,
+                                    "timeout": 120,
+                                    "metrics": [{"host": "h1", "url": srv.base + "/metrics"}],
+                                    "artifact_dir": str(tmp_path / "point"),
+                                    "label": "h1-c32",
+                                },
+                                "register": "r",
+                            },
+                            {
+                                "ansible.builtin.copy": {
+                                    "content": "{{ r | to_json }}",
+                                    "dest": str(tmp_path / "r.json"),
+                                    "mode": "0600",
+                                }
+                            },
+                        ],
+                    }
+                ]
+            )
+        )
         env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-        proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", "localhost,", "-c", "local",
-                               "-e", "ansible_python_interpreter=%s" % (ROOT / ".venv/bin/python"), str(play)],
-                              cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [
+                str(ROOT / ".venv/bin/ansible-playbook"),
+                "-i",
+                "localhost,",
+                "-c",
+                "local",
+                "-e",
+                "ansible_python_interpreter=%s" % (ROOT / ".venv/bin/python"),
+                str(play),
+            ],
+            cwd=str(ROOT),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
         r = json.loads((tmp_path / "r.json").read_text())
         c = r["client"]
@@ -102,16 +145,28 @@ def fleet(tmp_path):
         s.stop()
 
 
-SMALL = dict(bench_concurrency=[1, 8], bench_requests=16, bench_isl=128, bench_osl=24, bench_single_requests=2,
-             bench_single_osl=16, bench_long_isl=2048, bench_long_osl=8, bench_long_concurrency=2,
-             bench_long_requests=2, bench_long_per_host=False, bench_fleet_min_concurrency=8,
-             bench_request_timeout=60)
+SMALL = dict(
+    bench_concurrency=[1, 8],
+    bench_requests=16,
+    bench_isl=128,
+    bench_osl=24,
+    bench_single_requests=2,
+    bench_single_osl=16,
+    bench_long_isl=2048,
+    bench_long_osl=8,
+    bench_long_concurrency=2,
+    bench_long_requests=2,
+    bench_long_per_host=False,
+    bench_fleet_min_concurrency=8,
+    bench_request_timeout=60,
+)
 
 
 def test_a_host_dying_mid_bench_fails_the_gates_names_it_and_nothing_hangs(fleet):
     tmp, servers, proxy = fleet
     model = bk.model_dir(tmp / "models")
     bk.write_inventory(tmp / "inv", servers, proxy.url, model, tmp / "reports", **SMALL)
+
     # h2 dies once the fleet's first point is on disk: the fleet's sweep and long points
     # lose half their connections, h2's own points find nothing listening.
     def kill_h2():
@@ -167,8 +222,14 @@ def test_more_streams_than_the_controller_can_open_are_refused_before_any_load(f
     if hard == resource.RLIM_INFINITY:
         pytest.skip("not applicable: this machine has no hard open-files limit to exceed")
     model = bk.model_dir(tmp / "models")
-    bk.write_inventory(tmp / "inv", servers, proxy.url, model, tmp / "reports",
-                       **dict(SMALL, bench_concurrency=[1, hard + 1], bench_host_concurrency=[]))
+    bk.write_inventory(
+        tmp / "inv",
+        servers,
+        proxy.url,
+        model,
+        tmp / "reports",
+        **dict(SMALL, bench_concurrency=[1, hard + 1], bench_host_concurrency=[]),
+    )
     before = [generation_tokens(s) for s in servers]
     proc = bk.run_bench(tmp / "inv", timeout=300)
     out = proc.stdout + proc.stderr

@@ -57,8 +57,17 @@ def chromium():
 
 
 def browser(*args, timeout=120):
-    cmd = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-           "--force-device-scale-factor=1", "--no-first-run", "--disable-extensions", *args]
+    cmd = [
+        chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        "--force-device-scale-factor=1",
+        "--no-first-run",
+        "--disable-extensions",
+        *args,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
@@ -78,9 +87,14 @@ def rendered(tmp_path_factory):
         pytest.skip(bk.NO_VENV)
     run = tmp_path_factory.mktemp("bench-20260101T000000Z")
     shutil.copy(FIXTURE, run / "raw.json")
-    proc = subprocess.run([str(PY), "-m", "kunlun_fleet.bench", "render", str(run)], cwd=str(bk.ROOT),
-                          env={"PYTHONPATH": str(bk.ROOT), "MPLBACKEND": "Agg", "PATH": "/usr/bin:/bin",
-                               "HOME": str(run)}, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [str(PY), "-m", "kunlun_fleet.bench", "render", str(run)],
+        cwd=str(bk.ROOT),
+        env={"PYTHONPATH": str(bk.ROOT), "MPLBACKEND": "Agg", "PATH": "/usr/bin:/bin", "HOME": str(run)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines()[0].split(" ", 1)[0] in ("PASS", "FAIL")
     assert "report: %s" % (run / "report.html") in proc.stdout
@@ -91,14 +105,18 @@ def test_the_page_renders_its_plots(rendered, tmp_path):
     page = rendered / "report.html"
     info = probe(page, tmp_path)
     imgs = info["images"]
-    assert [i["alt"] for i in imgs] == ["output tok/s vs concurrency", "TTFT percentiles vs concurrency",
-                                        "TPOT percentiles vs concurrency"]
+    assert [i["alt"] for i in imgs] == [
+        "output tok/s vs concurrency",
+        "TTFT percentiles vs concurrency",
+        "TPOT percentiles vs concurrency",
+    ]
     assert all(i["complete"] and i["w"] > 300 and i["h"] > 200 for i in imgs), imgs  # none broken
     shot = tmp_path / "report.png"
     browser("--window-size=1300,%d" % (info["height"] + 50), "--screenshot=%s" % shot, page.as_uri())
     boxes = [[i["x"], i["y"], i["cw"], i["ch"]] for i in imgs]
-    proc = subprocess.run([str(PY), "-c", MEASURE, str(shot), json.dumps(boxes)], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [str(PY), "-c", MEASURE, str(shot), json.dumps(boxes)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     measured = json.loads(proc.stdout)
     for img, box in zip(imgs, measured["boxes"]):
@@ -115,6 +133,6 @@ def test_the_probe_sees_a_broken_image(rendered, tmp_path):
     text = (rendered / "report.html").read_text()
     start = text.index("base64,") + len("base64,")
     broken = tmp_path / "broken.html"
-    broken.write_text(text[:start] + "iVBORw0KGgoAAAANSUhEUgAA" + text[text.index("'", start):])
+    broken.write_text(text[:start] + "iVBORw0KGgoAAAANSUhEUgAA" + text[text.index("'", start) :])
     imgs = probe(broken, tmp_path)["images"]
     assert imgs[0]["w"] == 0 and all(i["w"] > 0 for i in imgs[1:])

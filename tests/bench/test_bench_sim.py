@@ -27,9 +27,17 @@ HOSTS = ("kf-node-1", "kf-node-2", "kf-node-3")
 # the sweep holds one point of each kind a test reads; the sweep's own logic (curves,
 # plan, gates over many points) is tested on recorded results in tests/unit.
 SWEEP = ["--concurrency", "64", "--host-concurrency", "16", "--requests", "64"]
-EXTRA = {"bench_osl": 32, "bench_isl": 256, "bench_single_requests": 2, "bench_single_osl": 24,
-         "bench_long_concurrency": 4, "bench_long_requests": 4, "bench_long_osl": 8, "bench_long_per_host": False,
-         "bench_request_timeout": 300}
+EXTRA = {
+    "bench_osl": 32,
+    "bench_isl": 256,
+    "bench_single_requests": 2,
+    "bench_single_osl": 24,
+    "bench_long_concurrency": 4,
+    "bench_long_requests": 4,
+    "bench_long_osl": 8,
+    "bench_long_per_host": False,
+    "bench_request_timeout": 300,
+}
 
 
 def bench(*args, timeout=600):
@@ -51,8 +59,10 @@ def served(sim_fleet):
             with urllib.request.urlopen("http://%s:8000/health" % host_address(i), timeout=10) as r:
                 assert r.status == 200
         except OSError as exc:
-            raise AssertionError("kf-node-%d does not serve (%s): this suite runs after the e2e, which leaves the "
-                                 "fleet served; run `kunlun-fleet demo` first" % (i, exc))
+            raise AssertionError(
+                "kf-node-%d does not serve (%s): this suite runs after the e2e, which leaves the "
+                "fleet served; run `kunlun-fleet demo` first" % (i, exc)
+            )
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +139,20 @@ def test_the_api_key_is_in_no_artifact_and_no_log(run):
 
 
 def test_the_plan_command_reads_the_run(run):
-    proc = subprocess.run([str(ROOT / ".venv/bin/kunlun-fleet"), "plan", "--concurrency", "64", "--ttft-p99", "60s",
-                           "--results", str(run[0] / "results.json")], cwd=str(ROOT), capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            str(ROOT / ".venv/bin/kunlun-fleet"),
+            "plan",
+            "--concurrency",
+            "64",
+            "--ttft-p99",
+            "60s",
+            "--results",
+            str(run[0] / "results.json"),
+        ],
+        cwd=str(ROOT),
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "64 concurrent requests, TTFT p99 <= 60 s:" in proc.stdout and "assumption:" in proc.stdout

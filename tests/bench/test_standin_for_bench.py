@@ -25,8 +25,13 @@ PREFILL_TOK_S = 9700
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("standin")
-    (srv,) = start_servers(tmp, 1, max_num_seqs=4, KUNLUN_SIM_TOKENS_PER_SECOND="200",
-                           KUNLUN_SIM_PREFILL_TOKENS_PER_SECOND=str(PREFILL_TOK_S))
+    (srv,) = start_servers(
+        tmp,
+        1,
+        max_num_seqs=4,
+        KUNLUN_SIM_TOKENS_PER_SECOND="200",
+        KUNLUN_SIM_PREFILL_TOKENS_PER_SECOND=str(PREFILL_TOK_S),
+    )
     yield srv
     srv.stop()
 
@@ -47,14 +52,28 @@ def metrics(srv):
 def stream(srv, prompt, max_tokens, stop_after=None):
     """A streamed completion over raw HTTP: (seconds to the first token, chunks with text,
     the usage the server reported). stop_after: close the connection after that many chunks."""
-    body = json.dumps({"model": SERVED, "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True,
-                       "stream": True, "stream_options": {"include_usage": True}}).encode()
+    body = json.dumps(
+        {
+            "model": SERVED,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    ).encode()
     start = time.monotonic()
     first, chunks, usage = None, 0, None
     with socket.create_connection(("127.0.0.1", srv.port), timeout=120) as s:
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Authorization: Bearer " + API_KEY.encode() + b"\r\nConnection: close\r\nContent-Length: "
-                  + str(len(body)).encode() + b"\r\n\r\n" + body)
+        s.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Authorization: Bearer "
+            + API_KEY.encode()
+            + b"\r\nConnection: close\r\nContent-Length: "
+            + str(len(body)).encode()
+            + b"\r\n\r\n"
+            + body
+        )
         buf = b""
         while True:
             data = s.recv(65536)
@@ -106,9 +125,19 @@ print(json.dumps({"class": type(tok).__name__,
                   "pairs": [[len(tok.encode(t, add_special_tokens=False)), enc.count(t)] for t in texts],
                   "one_token_each": len(tok.encode(" the model answers", add_special_tokens=False))}))
 """
-    proc = subprocess.run([str(BENCH_VENV / "bin" / "python"), "-c", code, str(model),
-                           str(BENCH_VENV.parents[1] / "kunlun_fleet/sim/artifacts/vllm_src")],
-                          capture_output=True, text=True, timeout=300, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    proc = subprocess.run(
+        [
+            str(BENCH_VENV / "bin" / "python"),
+            "-c",
+            code,
+            str(model),
+            str(BENCH_VENV.parents[1] / "kunlun_fleet/sim/artifacts/vllm_src"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["class"] == "Qwen3_5Tokenizer"
@@ -165,11 +194,15 @@ def test_counters_count_every_token_generated(server):
     before = metrics(server)
     results = [stream(server, "count me %d" % i, 25) for i in range(3)]
     mid = metrics(server)
-    assert mid["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"] == sum(
-        r[2]["completion_tokens"] for r in results) == 75
+    assert (
+        mid["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"]
+        == sum(r[2]["completion_tokens"] for r in results)
+        == 75
+    )
     assert mid["vllm:request_success_total:length"] - before["vllm:request_success_total:length"] == 3
     assert mid["vllm:prompt_tokens_total"] - before["vllm:prompt_tokens_total"] == sum(
-        r[2]["prompt_tokens"] for r in results)
+        r[2]["prompt_tokens"] for r in results
+    )
     # a client that goes away after 5 tokens: vLLM v1 counts the tokens generated (per
     # engine step), not a success
     _, chunks, _ = stream(server, "abort me", 10000, stop_after=5)
@@ -184,12 +217,15 @@ def test_counters_count_every_token_generated(server):
 
 def events(srv, path, body):
     """Every JSON event of a streamed request, in order (the [DONE] line left out)."""
-    req = urllib.request.Request(srv.base + path, data=json.dumps(dict(body, model=SERVED, stream=True)).encode(),
-                                 headers={"Content-Type": "application/json", "Authorization": "Bearer " + API_KEY})
+    req = urllib.request.Request(
+        srv.base + path,
+        data=json.dumps(dict(body, model=SERVED, stream=True)).encode(),
+        headers={"Content-Type": "application/json", "Authorization": "Bearer " + API_KEY},
+    )
     with urllib.request.urlopen(req, timeout=60) as r:
         raw = r.read().decode()
     assert raw.endswith("data: [DONE]\n\n")
-    return [json.loads(e[len("data: "):]) for e in raw.split("\n\n") if e.startswith("data: {")]
+    return [json.loads(e[len("data: ") :]) for e in raw.split("\n\n") if e.startswith("data: {")]
 
 
 def test_streamed_usage_as_vllm_0_15_1_reports_it(server):
@@ -199,25 +235,47 @@ def test_streamed_usage_as_vllm_0_15_1_reports_it(server):
     with exclude_none (completion/serving.py); chat chunks with the fields set only
     (chat_completion/serving.py)."""
     body = {"prompt": "the model answers", "max_tokens": 4, "ignore_eos": True}  # 3 prompt tokens
-    for opts, with_usage in (({"include_usage": True}, True), ({}, True), ({"include_usage": False}, False),
-                             (None, False)):
+    for opts, with_usage in (
+        ({"include_usage": True}, True),
+        ({}, True),
+        ({"include_usage": False}, False),
+        (None, False),
+    ):
         evs = events(server, "/v1/completions", dict(body, **({} if opts is None else {"stream_options": opts})))
         content = [e for e in evs if e["choices"]]
         assert len(content) == 4 and all(e["usage"] is None for e in content), opts
-        assert set(content[0]["choices"][0]) == {"index", "text", "logprobs", "finish_reason", "stop_reason",
-                                                 "prompt_token_ids", "token_ids"}
+        assert set(content[0]["choices"][0]) == {
+            "index",
+            "text",
+            "logprobs",
+            "finish_reason",
+            "stop_reason",
+            "prompt_token_ids",
+            "token_ids",
+        }
         closing = [e for e in evs if not e["choices"]]
         if with_usage:
-            assert closing == [{"id": content[0]["id"], "object": "text_completion", "created": content[0]["created"],
-                                "model": SERVED, "choices": [],
-                                "usage": {"prompt_tokens": 3, "total_tokens": 7, "completion_tokens": 4}}], opts
+            assert closing == [
+                {
+                    "id": content[0]["id"],
+                    "object": "text_completion",
+                    "created": content[0]["created"],
+                    "model": SERVED,
+                    "choices": [],
+                    "usage": {"prompt_tokens": 3, "total_tokens": 7, "completion_tokens": 4},
+                }
+            ], opts
         else:
             assert closing == [], opts
     # continuous usage: every chunk carries the prompt and the tokens streamed so far
     evs = events(server, "/v1/completions", dict(body, stream_options={"continuous_usage_stats": True}))
     assert [e["usage"]["completion_tokens"] for e in evs] == [1, 2, 3, 4, 4]
-    assert evs[0]["usage"] == {"prompt_tokens": 3, "total_tokens": 4, "completion_tokens": 1,
-                               "prompt_tokens_details": None}
+    assert evs[0]["usage"] == {
+        "prompt_tokens": 3,
+        "total_tokens": 4,
+        "completion_tokens": 1,
+        "prompt_tokens_details": None,
+    }
     assert "prompt_tokens_details" not in evs[-1]["usage"]
     # chat: no usage key unless continuous; the role chunk counts 0 completion tokens
     chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}

@@ -8,6 +8,7 @@ what the role could touch, taken before and after. The refusals on a host holdin
 pinned driver whose faults the kit reads at every call (firmware, power cap, card
 variant, a pending reboot) share one reset: see pinned_host.
 """
+
 import os
 import re
 import shlex
@@ -29,14 +30,14 @@ VENV_BIN = Path(sys.executable).parent
 # The suite's host and its inventory: a scratch lane's, or kf-node-3 of the shared fleet.
 INVENTORY = Path(testing.INVENTORY)
 INDEX, HOST = testing.lane_host(3)
-PINS = yaml.safe_load((REPO / 'roles/kunlun_stack/defaults/main.yml').read_text())
-PIN = PINS['kunlun_stack_driver']['version']
+PINS = yaml.safe_load((REPO / "roles/kunlun_stack/defaults/main.yml").read_text())
+PIN = PINS["kunlun_stack_driver"]["version"]
 # The installer's place in the sim bundle (bundle.yml's driver; the vendor's file name).
-ARTIFACT = 'drivers/xre-Linux-x86_64-%s.run' % PIN
-OLD = '5.0.21.10'
+ARTIFACT = "drivers/xre-Linux-x86_64-%s.run" % PIN
+OLD = "5.0.21.10"
 
 # What the role may change, and what must stay as it was when it refuses.
-SNAPSHOT = r'''
+SNAPSHOT = r"""
 for f in /usr/local/xpu/version /usr/local/bin/xpu-smi /var/run/reboot-required; do
   [ -e "$f" ] && echo "$f $(sha256sum < "$f")" || echo "$f absent"; done
 for d in /etc/modprobe.d /etc/modules-load.d /etc/ansible /home/newdata /usr/src; do
@@ -45,27 +46,32 @@ for f in /etc/modprobe.d/* /etc/modules-load.d/*; do [ -f "$f" ] && sha256sum "$
 echo "== packages"; dpkg-query -W -f '${Package} ${Status}\n' gcc make 'linux-headers-*' 2>/dev/null | sort
 echo "== modules"; lsmod | awk '$1 ~ /^kunlun/ {print $1, $3}' | sort
 echo "== nodes"; ls /dev | grep '^xpu' | sort
-'''
+"""
 
 
 def _env():
-    return dict(os.environ, ANSIBLE_CONFIG=str(REPO / 'ansible.cfg'), ANSIBLE_NOCOLOR='1',
-                ANSIBLE_DEPRECATION_WARNINGS='False', PATH='%s:%s' % (VENV_BIN, os.environ.get('PATH', '')))
+    return dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_DEPRECATION_WARNINGS="False",
+        PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")),
+    )
 
 
 # Whether the host is as pinned_host's reset left it (any other reset undoes that).
-_PINNED = {'ready': False}
+_PINNED = {"ready": False}
 # The faults the kit's xpu-smi and lspci read at every call (not at boot or module load).
-PER_CALL = ('xpu_firmware', 'xpu_power_cap', 'xpu_card_variant')
+PER_CALL = ("xpu_firmware", "xpu_power_cap", "xpu_card_variant")
 
 
 def sim_reset(*faults):
-    _PINNED['ready'] = False
-    args = [str(VENV_BIN / 'kunlun-fleet'), 'sim-reset', HOST]
+    _PINNED["ready"] = False
+    args = [str(VENV_BIN / "kunlun-fleet"), "sim-reset", HOST]
     for fault in faults:
-        args += ['--fault', fault]
+        args += ["--fault", fault]
     proc = subprocess.run(args, cwd=REPO, env=_env(), text=True, capture_output=True, timeout=900)
-    assert proc.returncode == 0, 'sim-reset %s failed:\n%s%s' % (HOST, proc.stdout, proc.stderr)
+    assert proc.returncode == 0, "sim-reset %s failed:\n%s%s" % (HOST, proc.stdout, proc.stderr)
 
 
 def pinned_host(*faults):
@@ -74,27 +80,35 @@ def pinned_host(*faults):
     between, rewrite the kit's faults file and remove what the previous test added (a
     pending-reboot flag, a process holding a device): each of these tests is a refusal
     that changes nothing, which its snapshot proves, so the host is the reset's again."""
-    assert all(f.split('=', 1)[0] in PER_CALL for f in faults), faults
-    if not _PINNED['ready']:
-        sim_reset('xpu_old_driver=' + PIN, *faults)
-        _PINNED['ready'] = True
+    assert all(f.split("=", 1)[0] in PER_CALL for f in faults), faults
+    if not _PINNED["ready"]:
+        sim_reset("xpu_old_driver=" + PIN, *faults)
+        _PINNED["ready"] = True
         return
-    text = ''.join('%s\n' % f for f in ('xpu_old_driver=' + PIN,) + faults)
-    on_host('printf %%s %s > /etc/kunlun-kit/faults; rm -f /var/run/reboot-required /var/run/reboot-required.pkgs;'
-            ' pkill -x -f "sleep 100000" || true' % shlex.quote(text))
+    text = "".join("%s\n" % f for f in ("xpu_old_driver=" + PIN,) + faults)
+    on_host(
+        "printf %%s %s > /etc/kunlun-kit/faults; rm -f /var/run/reboot-required /var/run/reboot-required.pkgs;"
+        ' pkill -x -f "sleep 100000" || true' % shlex.quote(text)
+    )
 
 
 def on_host(command, check=True):
     """Run a shell command on the suite's host over SSH (host key checked); its stdout, stripped."""
     from kunlun_fleet.sim import fleet
+
     for attempt in range(5):
         proc = subprocess.run(fleet.ssh_cmd(INDEX, command), text=True, capture_output=True, timeout=300)
-        if proc.returncode != 255:     # 255: ssh itself failed (e.g. sshd restarting after boot)
+        if proc.returncode != 255:  # 255: ssh itself failed (e.g. sshd restarting after boot)
             break
         time.sleep(3)
     if check:
-        assert proc.returncode == 0, '%s: %r failed (rc=%d):\n%s%s' % (
-            HOST, command, proc.returncode, proc.stdout, proc.stderr)
+        assert proc.returncode == 0, "%s: %r failed (rc=%d):\n%s%s" % (
+            HOST,
+            command,
+            proc.returncode,
+            proc.stdout,
+            proc.stderr,
+        )
     return proc.stdout.strip()
 
 
@@ -106,27 +120,43 @@ def driver_play(*args):
     """ansible-playbook playbooks/driver.yml --limit HOST; returns (proc, recap dict).
     Run once: a host the stage cannot reach is a failure to see, not to retry (a reboot the
     role makes waits for the host itself)."""
-    proc = subprocess.run([str(VENV_BIN / 'ansible-playbook'), '-i', str(INVENTORY),
-                           str(REPO / 'playbooks' / 'driver.yml'), '--limit', HOST] + list(args),
-                          cwd=REPO, env=_env(), text=True, capture_output=True, timeout=1800)
+    proc = subprocess.run(
+        [
+            str(VENV_BIN / "ansible-playbook"),
+            "-i",
+            str(INVENTORY),
+            str(REPO / "playbooks" / "driver.yml"),
+            "--limit",
+            HOST,
+        ]
+        + list(args),
+        cwd=REPO,
+        env=_env(),
+        text=True,
+        capture_output=True,
+        timeout=1800,
+    )
     recap = {}
-    m = re.search(r'^%s\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)'
-                  % re.escape(HOST), proc.stdout, re.M)
+    m = re.search(
+        r"^%s\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)" % re.escape(HOST),
+        proc.stdout,
+        re.M,
+    )
     if m:
-        recap = dict(zip(('ok', 'changed', 'unreachable', 'failed', 'skipped'), map(int, m.groups())))
+        recap = dict(zip(("ok", "changed", "unreachable", "failed", "skipped"), map(int, m.groups())))
     return proc, recap
 
 
 def refused(proc, recap, *phrases):
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-4000:]
-    assert recap.get('failed') == 1 and recap.get('unreachable') == 0, out[-4000:]
-    text = re.sub(r'\s+', ' ', out)
+    assert recap.get("failed") == 1 and recap.get("unreachable") == 0, out[-4000:]
+    text = re.sub(r"\s+", " ", out)
     for phrase in phrases:
-        assert re.sub(r'\s+', ' ', phrase) in text, 'missing %r in:\n%s' % (phrase, out[-4000:])
+        assert re.sub(r"\s+", " ", phrase) in text, "missing %r in:\n%s" % (phrase, out[-4000:])
 
 
-@pytest.fixture(scope='module', autouse=True)
+@pytest.fixture(scope="module", autouse=True)
 def fleet_and_cleanup(sim_fleet):
     yield
     if testing.closing_resets():
@@ -136,112 +166,131 @@ def fleet_and_cleanup(sim_fleet):
 @pytest.fixture
 def partial_bundle(tmp_path):
     """A bundle holding the real manifest and index and, optionally, a (possibly damaged) installer."""
-    src = Path(yaml.safe_load((INVENTORY / 'group_vars/all/sim.yml').read_text())['kunlun_stack_bundle_dir'])
+    src = Path(yaml.safe_load((INVENTORY / "group_vars/all/sim.yml").read_text())["kunlun_stack_bundle_dir"])
 
-    def make(installer='copy'):
-        (tmp_path / 'drivers').mkdir(parents=True, exist_ok=True)
-        shutil.copy(src / 'MANIFEST.sha256', tmp_path / 'MANIFEST.sha256')
-        shutil.copy(src / 'bundle.yml', tmp_path / 'bundle.yml')
-        if installer in ('copy', 'damaged'):
+    def make(installer="copy"):
+        (tmp_path / "drivers").mkdir(parents=True, exist_ok=True)
+        shutil.copy(src / "MANIFEST.sha256", tmp_path / "MANIFEST.sha256")
+        shutil.copy(src / "bundle.yml", tmp_path / "bundle.yml")
+        if installer in ("copy", "damaged"):
             shutil.copy(src / ARTIFACT, tmp_path / ARTIFACT)
-        if installer == 'damaged':
-            with open(tmp_path / ARTIFACT, 'ab') as fh:
-                fh.write(b'\n# one byte too many\n')
+        if installer == "damaged":
+            with open(tmp_path / ARTIFACT, "ab") as fh:
+                fh.write(b"\n# one byte too many\n")
         return str(tmp_path)
+
     return make
 
 
 # ------------------------------------------------------------------------ bad input
 
+
 def test_installer_checksum_mismatch(partial_bundle):
     sim_reset()
     before = snapshot()
-    proc, recap = driver_play('-e', 'kunlun_stack_bundle_dir=' + partial_bundle('damaged'))
-    refused(proc, recap, 'checksum mismatch', ARTIFACT, 'nothing was changed')
+    proc, recap = driver_play("-e", "kunlun_stack_bundle_dir=" + partial_bundle("damaged"))
+    refused(proc, recap, "checksum mismatch", ARTIFACT, "nothing was changed")
     assert snapshot() == before
-    assert '/usr/local/xpu/version absent' in before
+    assert "/usr/local/xpu/version absent" in before
 
 
 def test_installer_missing_from_bundle(partial_bundle):
     sim_reset()
     before = snapshot()
-    proc, recap = driver_play('-e', 'kunlun_stack_bundle_dir=' + partial_bundle('none'))
-    refused(proc, recap, 'listed in the manifest but missing', ARTIFACT, 'nothing was changed')
+    proc, recap = driver_play("-e", "kunlun_stack_bundle_dir=" + partial_bundle("none"))
+    refused(proc, recap, "listed in the manifest but missing", ARTIFACT, "nothing was changed")
     assert snapshot() == before
 
 
 def test_headers_unavailable_for_running_kernel():
-    sim_reset('no_kernel_headers=1')
-    kernel = on_host('uname -r')
+    sim_reset("no_kernel_headers=1")
+    kernel = on_host("uname -r")
     before = snapshot()
     proc, recap = driver_play()
-    refused(proc, recap, 'runs kernel %s and has no headers for it' % kernel,
-            'linux-headers-%s' % kernel, 'Nothing was changed')
-    assert snapshot() == before       # no headers, no gcc, no driver
-    assert 'gcc install ok installed' not in before
+    refused(
+        proc,
+        recap,
+        "runs kernel %s and has no headers for it" % kernel,
+        "linux-headers-%s" % kernel,
+        "Nothing was changed",
+    )
+    assert snapshot() == before  # no headers, no gcc, no driver
+    assert "gcc install ok installed" not in before
 
 
 def test_seven_of_eight_devices():
-    sim_reset('xpu_devices=7')
+    sim_reset("xpu_devices=7")
     before = snapshot()
     proc, recap = driver_play()
-    refused(proc, recap, 'lspci shows 7 P800 functions', 'where 8 are expected', 'Nothing was changed')
+    refused(proc, recap, "lspci shows 7 P800 functions", "where 8 are expected", "Nothing was changed")
     assert snapshot() == before
 
 
 def test_device_in_error_on_installed_driver():
-    sim_reset('xpu_old_driver=' + PIN, 'xpu_error_device=3')
+    sim_reset("xpu_old_driver=" + PIN, "xpu_error_device=3")
     before = snapshot()
     proc, recap = driver_play()
-    refused(proc, recap, 'device 3 (00000000:61:00.0) is in error', 'Nothing was changed')
+    refused(proc, recap, "device 3 (00000000:61:00.0) is in error", "Nothing was changed")
     assert snapshot() == before
 
 
 def test_device_in_error_found_after_install():
     """Without a driver the cards cannot be read: the install runs, then nothing more."""
-    sim_reset('xpu_error_device=3')
+    sim_reset("xpu_error_device=3")
     proc, recap = driver_play()
-    refused(proc, recap, 'device 3 (00000000:61:00.0) is in error',
-            'XRE %s was installed on this run' % PIN)
-    assert on_host('cat /usr/local/xpu/version') == PIN
-    assert on_host('ls /etc/ansible/facts.d/xpu.fact 2>/dev/null || echo none') == 'none'
-    assert on_host('grep -rs KLreg /etc/modprobe.d || echo none') == 'none'
-    assert on_host('ls /etc/modules-load.d/kunlun_peermem.conf 2>/dev/null || echo none') == 'none'
+    refused(proc, recap, "device 3 (00000000:61:00.0) is in error", "XRE %s was installed on this run" % PIN)
+    assert on_host("cat /usr/local/xpu/version") == PIN
+    assert on_host("ls /etc/ansible/facts.d/xpu.fact 2>/dev/null || echo none") == "none"
+    assert on_host("grep -rs KLreg /etc/modprobe.d || echo none") == "none"
+    assert on_host("ls /etc/modules-load.d/kunlun_peermem.conf 2>/dev/null || echo none") == "none"
 
 
 def test_serving_host_needing_an_upgrade_is_refused():
-    sim_reset('xpu_old_driver=' + OLD)
+    sim_reset("xpu_old_driver=" + OLD)
     on_host("setsid -f sh -c 'exec sleep 100000 3</dev/xpu3' </dev/null >/dev/null 2>&1")
     before = snapshot()
     proc, recap = driver_play()
-    refused(proc, recap, 'runs XRE %s and the pin is %s, but the host is serving' % (OLD, PIN),
-            'sleep (pid', 'holds /dev/xpu3', 'drain the host first', 'Nothing was changed')
+    refused(
+        proc,
+        recap,
+        "runs XRE %s and the pin is %s, but the host is serving" % (OLD, PIN),
+        "sleep (pid",
+        "holds /dev/xpu3",
+        "drain the host first",
+        "Nothing was changed",
+    )
     assert snapshot() == before
-    assert '/usr/local/xpu/version' in before and on_host('cat /usr/local/xpu/version') == OLD
+    assert "/usr/local/xpu/version" in before and on_host("cat /usr/local/xpu/version") == OLD
 
 
 def test_firmware_below_floor():
-    pinned_host('xpu_firmware=1.40.0.0')
+    pinned_host("xpu_firmware=1.40.0.0")
     before = snapshot()
     proc, recap = driver_play()
-    refused(proc, recap, 'has firmware 1.40.0.0', 'at least 1.48 is required', 'Nothing was changed')
+    refused(proc, recap, "has firmware 1.40.0.0", "at least 1.48 is required", "Nothing was changed")
     assert snapshot() == before
 
 
 def test_cards_in_the_low_power_mode():
-    pinned_host('xpu_power_cap=3:120')
+    pinned_host("xpu_power_cap=3:120")
     before = snapshot()
     proc, recap = driver_play()
-    refused(proc, recap, '1 of 8 cards is capped below the full 400 W: device 3 (serial', 'at 120 W.',
-            'power limit back to 400 W with the vendor', 'Nothing was changed')
+    refused(
+        proc,
+        recap,
+        "1 of 8 cards is capped below the full 400 W: device 3 (serial",
+        "at 120 W.",
+        "power limit back to 400 W with the vendor",
+        "Nothing was changed",
+    )
     assert snapshot() == before
 
 
 def test_vc_and_vd_mixed():
-    pinned_host('xpu_card_variant=mixed')
+    pinned_host("xpu_card_variant=mixed")
     before = snapshot()
     proc, recap = driver_play()
-    refused(proc, recap, 'mixes VC and VD cards: VC on 0, 1, 2, 3, VD on 4, 5, 6, 7', 'Nothing was changed')
+    refused(proc, recap, "mixes VC and VD cards: VC on 0, 1, 2, 3, VD on 4, 5, 6, 7", "Nothing was changed")
     assert snapshot() == before
 
 
@@ -250,39 +299,48 @@ PID1_START = "sed -e 's/^.*) //' /proc/1/stat | cut -d' ' -f20"
 
 def test_serving_host_with_pending_reboot_is_not_rebooted():
     pinned_host()
-    on_host("touch /var/run/reboot-required; setsid -f sh -c 'exec sleep 100000 3</dev/xpu0' </dev/null >/dev/null 2>&1")
+    on_host(
+        "touch /var/run/reboot-required; setsid -f sh -c 'exec sleep 100000 3</dev/xpu0' </dev/null >/dev/null 2>&1"
+    )
     # PID 1's start in clock ticks since the machine booted (/proc/1/stat field 22): exact,
     # where `ps -o lstart` adds the kernel's btime, which moves by a second or two under load.
     boot = on_host(PID1_START)
     before = snapshot()
-    proc, recap = driver_play('-e', 'driver_reboot_allowed=true')
-    refused(proc, recap, 'needs a reboot', 'but is serving', 'It was not rebooted', 'drain the host first')
+    proc, recap = driver_play("-e", "driver_reboot_allowed=true")
+    refused(proc, recap, "needs a reboot", "but is serving", "It was not rebooted", "drain the host first")
     assert snapshot() == before
     assert on_host(PID1_START) == boot
 
 
 def test_pending_reboot_without_permission_stops_the_host():
     pinned_host()
-    on_host('touch /var/run/reboot-required')
+    on_host("touch /var/run/reboot-required")
     before = snapshot()
     proc, recap = driver_play()
-    refused(proc, recap, 'needs a reboot', 'driver_reboot_allowed is false, so this host stops here',
-            'Nothing was changed')
+    refused(
+        proc, recap, "needs a reboot", "driver_reboot_allowed is false, so this host stops here", "Nothing was changed"
+    )
     assert snapshot() == before
 
 
 def test_installer_failure_shows_the_log_tail():
     """KERNELDIR holding another kernel's headers: the installer refuses; its log's last lines show."""
     sim_reset()
-    on_host('mkdir -p /root/other-kernel/include/config && touch /root/other-kernel/Makefile'
-            ' && echo 1.2.3-other > /root/other-kernel/include/config/kernel.release')
-    proc, recap = driver_play('-e', 'driver_kernel_headers_dir=/root/other-kernel')
-    refused(proc, recap, 'installer failed (exit status 1)',
-            'last lines of /home/newdata/logs/xre-install-%s.log' % PIN,
-            'holds headers for kernel 1.2.3-other')
-    assert 'holds headers for kernel 1.2.3-other' in on_host('cat /home/newdata/logs/xre-install-%s.log' % PIN)
-    assert on_host('ls /usr/local/xpu 2>/dev/null || echo none') == 'none'
-    assert on_host('ls /etc/ansible/facts.d/xpu.fact 2>/dev/null || echo none') == 'none'
+    on_host(
+        "mkdir -p /root/other-kernel/include/config && touch /root/other-kernel/Makefile"
+        " && echo 1.2.3-other > /root/other-kernel/include/config/kernel.release"
+    )
+    proc, recap = driver_play("-e", "driver_kernel_headers_dir=/root/other-kernel")
+    refused(
+        proc,
+        recap,
+        "installer failed (exit status 1)",
+        "last lines of /home/newdata/logs/xre-install-%s.log" % PIN,
+        "holds headers for kernel 1.2.3-other",
+    )
+    assert "holds headers for kernel 1.2.3-other" in on_host("cat /home/newdata/logs/xre-install-%s.log" % PIN)
+    assert on_host("ls /usr/local/xpu 2>/dev/null || echo none") == "none"
+    assert on_host("ls /etc/ansible/facts.d/xpu.fact 2>/dev/null || echo none") == "none"
 
 
 # --------------------------------------------------------------------- good paths
@@ -291,25 +349,26 @@ def test_installer_failure_shows_the_log_tail():
 # (side_effect, idempotence, verify). Check mode on a fresh host: the e2e's check mode from
 # bare hosts (snapshots equal, the installer line asserted there).
 
+
 def test_vd_cards_get_the_module_option_and_a_reload():
-    sim_reset('xpu_old_driver=' + PIN, 'xpu_card_variant=VD')
+    sim_reset("xpu_old_driver=" + PIN, "xpu_card_variant=VD")
     proc, recap = driver_play()
     assert proc.returncode == 0, proc.stdout[-4000:]
-    assert on_host('grep -h KLreg /etc/modprobe.d/kunlun.conf') == PINS_VD_LINE
+    assert on_host("grep -h KLreg /etc/modprobe.d/kunlun.conf") == PINS_VD_LINE
     # the kit records the options the loaded module got: proof of the reload
-    assert 'RmDisableSMMU=1;C2CHighSpeed=1' in on_host('cat /run/kunlun-kit/modules/kunlun/options')
+    assert "RmDisableSMMU=1;C2CHighSpeed=1" in on_host("cat /run/kunlun-kit/modules/kunlun/options")
     proc, recap = driver_play()
-    assert proc.returncode == 0 and recap['changed'] == 0, proc.stdout[-4000:]
+    assert proc.returncode == 0 and recap["changed"] == 0, proc.stdout[-4000:]
 
 
 def test_vd_option_waits_while_an_xpu_is_held():
-    sim_reset('xpu_old_driver=' + PIN, 'xpu_card_variant=VD')
+    sim_reset("xpu_old_driver=" + PIN, "xpu_card_variant=VD")
     on_host("setsid -f sh -c 'exec sleep 100000 3</dev/xpu5' </dev/null >/dev/null 2>&1")
     proc, recap = driver_play()
     assert proc.returncode == 0, proc.stdout[-4000:]
-    assert 'kunlun was NOT reloaded' in re.sub(r'\s+', ' ', proc.stdout)
-    assert on_host('grep -h KLreg /etc/modprobe.d/kunlun.conf') == PINS_VD_LINE
-    assert 'RmDisableSMMU' not in on_host('cat /run/kunlun-kit/modules/kunlun/options')
+    assert "kunlun was NOT reloaded" in re.sub(r"\s+", " ", proc.stdout)
+    assert on_host("grep -h KLreg /etc/modprobe.d/kunlun.conf") == PINS_VD_LINE
+    assert "RmDisableSMMU" not in on_host("cat /run/kunlun-kit/modules/kunlun/options")
 
 
-PINS_VD_LINE = yaml.safe_load((REPO / 'roles/driver/defaults/main.yml').read_text())['driver_vd_options']
+PINS_VD_LINE = yaml.safe_load((REPO / "roles/driver/defaults/main.yml").read_text())["driver_vd_options"]

@@ -24,10 +24,20 @@ pytestmark = pytest.mark.sim
 
 
 def run_site(*extra):
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
-               ANSIBLE_CALLBACK_RESULT_FORMAT="json")
-    proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", "inventories/sim", "site.yml", *extra],
-                          cwd=ROOT, env=env, text=True, capture_output=True, timeout=3600)
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_FORCE_COLOR="0",
+        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+    )
+    proc = subprocess.run(
+        [str(ROOT / ".venv/bin/ansible-playbook"), "-i", "inventories/sim", "site.yml", *extra],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=3600,
+    )
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -96,8 +106,14 @@ def bare_check(sim_fleet):
 @pytest.fixture(scope="module")
 def first_run(bare_check):
     """From bare hosts (after check mode looked at them): the README's demo command."""
-    proc = subprocess.run([str(ROOT / ".venv/bin/kunlun-fleet"), "demo"], cwd=ROOT, text=True,
-                          capture_output=True, timeout=3600, env=dict(os.environ, ANSIBLE_FORCE_COLOR="0"))
+    proc = subprocess.run(
+        [str(ROOT / ".venv/bin/kunlun-fleet"), "demo"],
+        cwd=ROOT,
+        text=True,
+        capture_output=True,
+        timeout=3600,
+        env=dict(os.environ, ANSIBLE_FORCE_COLOR="0"),
+    )
     out = proc.stdout + proc.stderr
     keep("e2e-first-run.log", out)
     assert proc.returncode == 0, out[-6000:]
@@ -122,10 +138,13 @@ def test_check_mode_from_bare_hosts_runs_through_and_changes_nothing(bare_check)
     # Where a step depends on one check mode cannot make (no Docker yet), it says so in a
     # line and the run goes on to the end.
     out = " ".join(bare_check["out"].split())
-    assert re.search(r"would build kunlun-serving:[0-9a-f]{16} .*cannot be predicted further.*Docker is not installed yet", out)
+    assert re.search(
+        r"would build kunlun-serving:[0-9a-f]{16} .*cannot be predicted further.*Docker is not installed yet", out
+    )
     # The driver stage names the installer it would run (the one check of it in check mode).
-    assert re.search(r"would run /home/newdata/drivers/xre-Linux-x86_64-[0-9.]+\.run --silent --accept-license", out), \
+    assert re.search(r"would run /home/newdata/drivers/xre-Linux-x86_64-[0-9.]+\.run --silent --accept-license", out), (
         "no installer line in check mode"
+    )
     assert "PLAY [Acceptance" in bare_check["out"]
 
 
@@ -152,11 +171,14 @@ def test_check_mode_from_bare_hosts_predicts_the_first_run(bare_check, first_run
         if key in unpredictable:
             # The line said what a real run would do there: it did something.
             if not m:
-                problems.append("%s on %s: check mode said it could not predict a change the real run did not make"
-                                % key)
+                problems.append(
+                    "%s on %s: check mode said it could not predict a change the real run did not make" % key
+                )
         elif len(p) != len(m):
-            problems.append("%s on %s: check mode %d, real run %d; only in check: %s; only in real: %s"
-                            % (key[0], key[1], len(p), len(m), sorted(p - m), sorted(m - p)))
+            problems.append(
+                "%s on %s: check mode %d, real run %d; only in check: %s; only in real: %s"
+                % (key[0], key[1], len(p), len(m), sorted(p - m), sorted(m - p))
+            )
     print("predicted per stage/host: %s" % {"%s/%s" % k: len(v) for k, v in sorted(predicted.items())})
     print("made per stage/host:      %s" % {"%s/%s" % k: len(v) for k, v in sorted(made.items())})
     assert not problems, "\n".join(problems)
@@ -169,7 +191,10 @@ def test_delivered_ext4_home_adopted_with_the_users_data(first_run):
     assert ssh(3, "findmnt -n -o FSTYPE --mountpoint /home").stdout.strip() == "ext4"
     assert ssh(3, "lvs --noheadings -o lv_name vg0/lv_home").stdout.strip() == "lv_home"
     assert ssh(3, "vgs --noheadings -o vg_name data", check=False).returncode != 0
-    assert ssh(3, "docker info --format '{{.DockerRootDir}} {{.Driver}}'").stdout.split() == ["/home/docker", "overlay2"]
+    assert ssh(3, "docker info --format '{{.DockerRootDir}} {{.Driver}}'").stdout.split() == [
+        "/home/docker",
+        "overlay2",
+    ]
     assert ssh(3, HOME_NOW).stdout == ssh(3, HOME_SEEDED).stdout
 
 
@@ -182,7 +207,9 @@ def test_image_built_once_and_pulled_by_the_two_others(first_run):
     assert first_run.count("TASK [image : Build | Build the image") == 1, first_run[-3000:]
     push = first_run.split("TASK [image : Push | Push the tag to the fleet registry")[1].split("TASK [")[0]
     assert re.findall(r"changed: \[(kf-node-\d)\]", push) == ["kf-node-1"], push
-    pull = first_run.split("TASK [image : Distribute | Pull the image from the builder's registry")[1].split("TASK [")[0]
+    pull = first_run.split("TASK [image : Distribute | Pull the image from the builder's registry")[1].split("TASK [")[
+        0
+    ]
     assert sorted(re.findall(r"changed: \[(kf-node-\d)\]", pull)) == ["kf-node-2", "kf-node-3"], pull
     stream = first_run.split("TASK [image : Distribute | Stream the image")[1].split("TASK [")[0]
     assert "changed:" not in stream, stream
@@ -195,17 +222,28 @@ def converged_runs(first_run, tmp_path_factory):
     once instead of one after the other (each is mostly the controller's CPU; on this 2-core
     machine the pair takes about a minute less). Check mode keeps its own fact cache: the
     two never write the same files."""
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
-               ANSIBLE_CALLBACK_RESULT_FORMAT="json")
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_FORCE_COLOR="0",
+        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+    )
     cmd = [str(ROOT / ".venv/bin/ansible-playbook"), "-i", "inventories/sim", "site.yml"]
     check_env = dict(env, ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path_factory.mktemp("check-facts")))
     # The builder's clock before both runs: its registry's log since then (read below).
     stamp = ssh(1, "date '+%Y-%m-%d %H:%M:%S'").stdout.strip()
     time.sleep(1)
-    procs = {"second": subprocess.Popen(cmd, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT),
-             "check": subprocess.Popen(cmd + ["--check", "--diff"], cwd=ROOT, env=check_env, text=True,
-                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)}
+    procs = {
+        "second": subprocess.Popen(cmd, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT),
+        "check": subprocess.Popen(
+            cmd + ["--check", "--diff"],
+            cwd=ROOT,
+            env=check_env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        ),
+    }
     outs = {name: proc.communicate(timeout=3600)[0] for name, proc in procs.items()}
     keep("e2e-second-run.log", outs["second"])
     keep("e2e-check-converged.log", outs["check"])
@@ -245,12 +283,23 @@ def test_check_diff_changes_nothing(converged_runs):
 # The tests below run after the two above, in file order, on the converged fleet; each
 # leaves every host serving the current image again.
 
+
 def ansible_playbook(playbook, *extra):
     # Results as JSON: one line each, so long messages (the capacity gate's) are not folded.
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
-               ANSIBLE_CALLBACK_RESULT_FORMAT="json")
-    proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", "inventories/sim", playbook, *extra],
-                          cwd=ROOT, env=env, text=True, capture_output=True, timeout=3600)
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_FORCE_COLOR="0",
+        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+    )
+    proc = subprocess.run(
+        [str(ROOT / ".venv/bin/ansible-playbook"), "-i", "inventories/sim", playbook, *extra],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=3600,
+    )
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -273,8 +322,14 @@ def test_acceptance_lines(first_run):
     machine, not asserted (the sim inventory reports a miss without failing the run; the
     FAIL path that stops a run is tested in tests/serving/test_acceptance_standin.py)."""
     lines = (ROOT / "reports" / "acceptance.txt").read_text().splitlines()
-    parsed = [re.match(r"^(PASS|FAIL) (kf-node-\d|fleet endpoint \S+): single stream ([0-9.]+) tok/s "
-                       r"\(target (\d+)\), first token [0-9.]+ s", l) for l in lines]
+    parsed = [
+        re.match(
+            r"^(PASS|FAIL) (kf-node-\d|fleet endpoint \S+): single stream ([0-9.]+) tok/s "
+            r"\(target (\d+)\), first token [0-9.]+ s",
+            l,
+        )
+        for l in lines
+    ]
     assert all(parsed) and len(parsed) == 4, lines
     assert [m.group(2) for m in parsed[:3]] == ["kf-node-1", "kf-node-2", "kf-node-3"], lines
     assert parsed[3].group(2).startswith("fleet endpoint http://"), lines
@@ -295,8 +350,9 @@ def test_openai_client_streams_through_the_gateway(first_run):
     client = openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=120)
     assert model in [m.id for m in client.models.list()]
     chunks, text, running_at_first, finish = 0, "", None, None
-    stream = client.chat.completions.create(model=model, stream=True, max_tokens=48,
-                                            messages=[{"role": "user", "content": "Say something about the sea."}])
+    stream = client.chat.completions.create(
+        model=model, stream=True, max_tokens=48, messages=[{"role": "user", "content": "Say something about the sea."}]
+    )
     for chunk in stream:
         if chunk.choices and chunk.choices[0].delta.content:
             if running_at_first is None:
@@ -363,11 +419,16 @@ def test_rolling_restart_under_load_loses_nothing(first_run):
     starts = sorted(int(after[i]) / 1e6 for i in after)
     assert load.served_at and min(load.served_at) < starts[0], (load.served_at[:3], starts)
     for host_start in starts:
-        assert any(t > host_start for t in load.served_at), ("nothing served after a start", host_start,
-                                                             load.served_at[-3:])
+        assert any(t > host_start for t in load.served_at), (
+            "nothing served after a start",
+            host_start,
+            load.served_at[-3:],
+        )
     # The default bound on 3 hosts (one host, or 10% rounded down): the canary first, then
     # one host at a time, in inventory order.
-    assert "a canary, then at most 1 host(s) out of service at once (serve_max_unavailable=10% of 3)" in out, out[-3000:]
+    assert "a canary, then at most 1 host(s) out of service at once (serve_max_unavailable=10% of 3)" in out, out[
+        -3000:
+    ]
     assert restarted_in_order(out) == HOSTS, out[-4000:]
     # Each batch behind the capacity gate, which names its host and the load against the rest.
     assert out.count("TASK [serve : Rollout | Capacity before this batch]") == 3, out[-3000:]
@@ -382,7 +443,10 @@ def test_rollback_playbook_serves_previous_then_current_again(first_run):
     """On one host (`--limit`, the operator's batch): the same playbook and role run on
     every host of a batch; the rolling restart above covers the batches themselves."""
     # A "previous" image: the current one with another label (another image ID).
-    ssh(2, "printf 'FROM kunlun-serving:current\\nLABEL kf.e2e=previous\\n' | docker build -q -t kunlun-serving:previous -")
+    ssh(
+        2,
+        "printf 'FROM kunlun-serving:current\\nLABEL kf.e2e=previous\\n' | docker build -q -t kunlun-serving:previous -",
+    )
     previous, current = image_id(2, "kunlun-serving:previous"), image_id(2, "kunlun-serving:current")
     others = {i: unit_image(i) for i in (1, 3)}
     rc, out = ansible_playbook("playbooks/rollback.yml", "--limit", "kf-node-2")
@@ -408,9 +472,16 @@ def test_broken_image_is_rolled_back_and_the_fleet_answers(first_run):
     # did not produce it); the platform plugin fails to load, the server exits at start.
     # The three builds side by side (each host has its own engine).
     with ThreadPoolExecutor(3) as pool:
-        list(pool.map(lambda i: ssh(i, "printf 'FROM kunlun-serving:current\\nRUN rm /opt/vllm_kunlun/lib/python3*/"
-                                       "site-packages/vllm_kunlun/_kunlun*.so\\n' | docker build -q -t kunlun-serving:broken -"),
-                      (1, 2, 3)))
+        list(
+            pool.map(
+                lambda i: ssh(
+                    i,
+                    "printf 'FROM kunlun-serving:current\\nRUN rm /opt/vllm_kunlun/lib/python3*/"
+                    "site-packages/vllm_kunlun/_kunlun*.so\\n' | docker build -q -t kunlun-serving:broken -",
+                ),
+                (1, 2, 3),
+            )
+        )
     good = unit_image(1)
     others = {i: started_at(i) for i in (2, 3)}
     rc, out = ansible_playbook("playbooks/serve.yml", "-e", "serve_image_tag=broken")

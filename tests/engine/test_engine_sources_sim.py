@@ -15,6 +15,7 @@ to a missing file) is refused before any change.
 The bundle path (engine_source: bundle, offline) is the molecule engine scenario's, the
 distribution's the e2e's.
 """
+
 import functools
 import hashlib
 import http.server
@@ -49,32 +50,60 @@ echo "== units"; systemctl is-active docker.service docker.socket 2>&1 | tr '\n'
 
 
 def _env():
-    return dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-                ANSIBLE_DEPRECATION_WARNINGS="False", PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")))
+    return dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_DEPRECATION_WARNINGS="False",
+        PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")),
+    )
 
 
 def sim_reset():
-    proc = subprocess.run([str(VENV_BIN / "kunlun-fleet"), "sim-reset", HOST], cwd=REPO, env=_env(), text=True,
-                          capture_output=True, timeout=900)
+    proc = subprocess.run(
+        [str(VENV_BIN / "kunlun-fleet"), "sim-reset", HOST],
+        cwd=REPO,
+        env=_env(),
+        text=True,
+        capture_output=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, "sim-reset %s failed:\n%s%s" % (HOST, proc.stdout, proc.stderr)
 
 
 def on_host(command, check=True):
     from kunlun_fleet.sim import fleet
+
     proc = subprocess.run(fleet.ssh_cmd(INDEX, command), text=True, capture_output=True, timeout=600)
     if check:
-        assert proc.returncode == 0, "%s: %r failed (rc=%d):\n%s%s" % (HOST, command, proc.returncode,
-                                                                       proc.stdout, proc.stderr)
+        assert proc.returncode == 0, "%s: %r failed (rc=%d):\n%s%s" % (
+            HOST,
+            command,
+            proc.returncode,
+            proc.stdout,
+            proc.stderr,
+        )
     return proc
 
 
 def play(playbooks, *args):
     """ansible-playbook <playbooks> --limit HOST; (proc, recap of the last play recap)."""
-    proc = subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", str(INVENTORY)]
-                          + [str(REPO / "playbooks" / p) for p in playbooks] + ["--limit", HOST] + list(args),
-                          cwd=REPO, env=_env(), text=True, capture_output=True, timeout=1800)
-    recaps = re.findall(r"^%s\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)"
-                        % re.escape(HOST), proc.stdout, re.M)
+    proc = subprocess.run(
+        [str(VENV_BIN / "ansible-playbook"), "-i", str(INVENTORY)]
+        + [str(REPO / "playbooks" / p) for p in playbooks]
+        + ["--limit", HOST]
+        + list(args),
+        cwd=REPO,
+        env=_env(),
+        text=True,
+        capture_output=True,
+        timeout=1800,
+    )
+    recaps = re.findall(
+        r"^%s\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)" % re.escape(HOST),
+        proc.stdout,
+        re.M,
+    )
     recap = dict(zip(("ok", "changed", "unreachable", "failed", "skipped"), map(int, recaps[-1]))) if recaps else {}
     return proc, recap
 
@@ -120,8 +149,13 @@ def docker_repo(sim_fleet, tmp_path_factory):
     home = root / "gnupg"
     made = apt_repo.build(str(root / "www"), bundle.ensure_debs(), str(home))
     server = RepoServer(root / "www", GATEWAY)
-    made.update(server=server, home=home, root=root,
-                url="%s/%s" % (server.url, apt_repo.REPO_PATH), key_url="%s/%s/gpg" % (server.url, apt_repo.REPO_PATH))
+    made.update(
+        server=server,
+        home=home,
+        root=root,
+        url="%s/%s" % (server.url, apt_repo.REPO_PATH),
+        key_url="%s/%s/gpg" % (server.url, apt_repo.REPO_PATH),
+    )
     yield made
     server.close()
     apt_repo.stop_agent(str(home))
@@ -132,8 +166,14 @@ def runs(docker_repo):
     """A fresh host: check mode, then storage + engine from the repository, then engine again.
     The host is reset again at the end (the next suite in the lane finds it fresh), except in
     a scratch lane, where the next suite resets it first."""
-    extra = ["-e", "engine_source=docker", "-e", "engine_docker_repo_url=" + docker_repo["url"],
-             "-e", "engine_docker_repo_key_url=" + docker_repo["key_url"]]
+    extra = [
+        "-e",
+        "engine_source=docker",
+        "-e",
+        "engine_docker_repo_url=" + docker_repo["url"],
+        "-e",
+        "engine_docker_repo_key_url=" + docker_repo["key_url"],
+    ]
     sim_reset()
     found = {"extra": extra, "fresh": on_host(SNAPSHOT).stdout}
     found["check"] = play(["engine.yml"], "--check", "--diff", *extra)
@@ -216,8 +256,10 @@ def test_apt_refuses_the_repository_signed_by_another_key(runs, docker_repo):
     finally:
         apt_repo.stop_agent(str(other))
     server = docker_repo["server"]
-    server.override = {"/linux/debian/dists/bookworm/InRelease": (resigned / "InRelease").read_bytes(),
-                       "/linux/debian/dists/bookworm/Release.gpg": (resigned / "Release.gpg").read_bytes()}
+    server.override = {
+        "/linux/debian/dists/bookworm/InRelease": (resigned / "InRelease").read_bytes(),
+        "/linux/debian/dists/bookworm/Release.gpg": (resigned / "Release.gpg").read_bytes(),
+    }
     try:
         bad = on_host("apt-get update 2>&1", check=False)
     finally:
@@ -232,10 +274,14 @@ def test_apt_refuses_the_repository_signed_by_another_key(runs, docker_repo):
 # on "can not use content with a dir as dest"), and a link to a file on a filesystem not
 # mounted yet (the old role took it for absent and replaced it with a file of its own keys).
 UNREADABLE = {
-    "directory": ("mkdir /etc/docker/daemon.json && echo '{\"debug\": true}' > /etc/docker/daemon.json/notes.json",
-                  "unreadable (a directory)"),
-    "dangling-link": ("ln -s /srv/site-config/daemon.json /etc/docker/daemon.json",
-                      "unreadable (a symbolic link to /srv/site-config/daemon.json, which does not exist)"),
+    "directory": (
+        "mkdir /etc/docker/daemon.json && echo '{\"debug\": true}' > /etc/docker/daemon.json/notes.json",
+        "unreadable (a directory)",
+    ),
+    "dangling-link": (
+        "ln -s /srv/site-config/daemon.json /etc/docker/daemon.json",
+        "unreadable (a symbolic link to /srv/site-config/daemon.json, which does not exist)",
+    ),
 }
 
 
@@ -251,8 +297,11 @@ def test_unreadable_daemon_json_is_refused_before_any_change(runs, kind):
         on_host("rm -rf /etc/docker/daemon.json && mv /root/daemon.json.kept /etc/docker/daemon.json")
     out = re.sub(r"\s+", " ", proc.stdout + proc.stderr)
     assert proc.returncode != 0 and recap.get("failed") == 1, out[-4000:]
-    for phrase in ("%s: /etc/docker/daemon.json is %s" % (HOST, why), "nothing was changed",
-                   "Fix: make /etc/docker/daemon.json a readable regular file"):
+    for phrase in (
+        "%s: /etc/docker/daemon.json is %s" % (HOST, why),
+        "nothing was changed",
+        "Fix: make /etc/docker/daemon.json a readable regular file",
+    ):
         assert phrase in out, "missing %r in:\n%s" % (phrase, out[-4000:])
     assert after == before
     assert "== units\nactive active" in before, before
@@ -269,11 +318,14 @@ def debs_bundle(tmp_path):
     return out
 
 
-@pytest.mark.parametrize("damage, phrases", [
-    ("corrupt", ["debs/docker.io_", "the manifest says", "nothing was changed"]),
-    ("unlisted", ["present but not in the manifest", "debs/tini_", "nothing was changed"]),
-    ("no-engine", ["holds no .deb of docker.io", "nothing was changed", "apt-get download"]),
-])
+@pytest.mark.parametrize(
+    "damage, phrases",
+    [
+        ("corrupt", ["debs/docker.io_", "the manifest says", "nothing was changed"]),
+        ("unlisted", ["present but not in the manifest", "debs/tini_", "nothing was changed"]),
+        ("no-engine", ["holds no .deb of docker.io", "nothing was changed", "apt-get download"]),
+    ],
+)
 def test_bundle_debs_are_checked_on_the_controller_first(sim_fleet, debs_bundle, damage, phrases):
     """engine_source: bundle refuses, before the host is touched, .debs that do not match the
     bundle's manifest or lack the engine."""

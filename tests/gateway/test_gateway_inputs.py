@@ -18,10 +18,21 @@ PINS = yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text(
 
 
 def run_playbook(inventory, playbook, tmp_path, *extra):
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
-               ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path / "facts"))
-    proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(inventory), str(ROOT / playbook),
-                           *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_FORCE_COLOR="0",
+        ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path / "facts"),
+    )
+    proc = subprocess.run(
+        [str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(inventory), str(ROOT / playbook), *extra],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -58,17 +69,35 @@ def test_worker_urls_from_the_inventory(inventory, tmp_path):
     hosts["all"]["children"]["xpu_servers"]["hosts"]["p800-a04"] = None
     (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts, sort_keys=False))
     assert router_worker_urls(inventory, tmp_path) == [
-        "http://10.20.1.11:8000", "http://10.20.1.12:8000", "http://10.20.1.13:8000", "http://p800-a04:8000"]
+        "http://10.20.1.11:8000",
+        "http://10.20.1.12:8000",
+        "http://10.20.1.13:8000",
+        "http://p800-a04:8000",
+    ]
 
 
 def run_controller_step(inventory, tmp_path, msg, *extra):
     """The gateway role's controller step on gw-01, then a debug task printing ``msg``."""
     play = tmp_path / "controller.yml"
-    play.write_text(yaml.safe_dump([{
-        "name": "controller", "hosts": "gw-01", "gather_facts": False,
-        "tasks": [{"name": "controller", "ansible.builtin.include_role": {"name": "gateway", "tasks_from": "controller"},
-                   "vars": {"gateway_install_from": "index", "vault_kunlun_api_key": "k" * 20}},
-                  {"name": "after", "ansible.builtin.debug": {"msg": msg}}]}]))
+    play.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "controller",
+                    "hosts": "gw-01",
+                    "gather_facts": False,
+                    "tasks": [
+                        {
+                            "name": "controller",
+                            "ansible.builtin.include_role": {"name": "gateway", "tasks_from": "controller"},
+                            "vars": {"gateway_install_from": "index", "vault_kunlun_api_key": "k" * 20},
+                        },
+                        {"name": "after", "ansible.builtin.debug": {"msg": msg}},
+                    ],
+                }
+            ]
+        )
+    )
     return run_playbook(inventory, str(play), tmp_path, *extra)
 
 
@@ -94,8 +123,11 @@ def test_bundle_wheelhouse_holds_the_router_and_its_dependencies(tmp_path):
     # vllm-router's own requirements (METADATA Requires-Dist), all there for pip --no-index.
     with zipfile.ZipFile(router) as zf:
         meta = zf.read("vllm_router-%s.dist-info/METADATA" % gw["version"]).decode()
-    required = [line.split(":", 1)[1].strip().split(";")[0].split(">")[0].split("=")[0].split("<")[0].strip()
-                for line in meta.splitlines() if line.startswith("Requires-Dist:") and "extra ==" not in line]
+    required = [
+        line.split(":", 1)[1].strip().split(";")[0].split(">")[0].split("=")[0].split("<")[0].strip()
+        for line in meta.splitlines()
+        if line.startswith("Requires-Dist:") and "extra ==" not in line
+    ]
     assert required
     for req in required:
         assert req.lower().replace("-", "_") in names, (req, names)
@@ -103,9 +135,19 @@ def test_bundle_wheelhouse_holds_the_router_and_its_dependencies(tmp_path):
     if sys.version_info[:2] == tuple(int(x) for x in str(gw["python"]).split(".")):
         venv = tmp_path / "venv"
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        proc = subprocess.run([str(venv / "bin/pip"), "install", "--quiet", "--no-index", "--find-links",
-                               str(out / "wheelhouse"), "%s==%s" % (gw["package"], gw["version"])],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                str(venv / "bin/pip"),
+                "install",
+                "--quiet",
+                "--no-index",
+                "--find-links",
+                str(out / "wheelhouse"),
+                "%s==%s" % (gw["package"], gw["version"]),
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert (venv / "bin/vllm-router").exists()
     # A second build changes nothing (cached download, same bytes).
@@ -141,8 +183,11 @@ class RecordingRouter:
                 if self.path == "/list_workers":
                     self.reply(200, json.dumps({"urls": router.urls}))
                 elif self.path == "/metrics":
-                    self.reply(200, "".join('vllm_router_running_requests{worker="%s"} 0\n' % u for u in router.urls),
-                               "text/plain")
+                    self.reply(
+                        200,
+                        "".join('vllm_router_running_requests{worker="%s"} 0\n' % u for u in router.urls),
+                        "text/plain",
+                    )
                 else:
                     self.reply(404, "{}")
 
@@ -190,31 +235,61 @@ def test_rollout_drains_the_worker_the_router_lists(inventory, tmp_path):
     router = RecordingRouter(listed)
     try:
         drain = tmp_path / "drain.yml"
-        drain.write_text(yaml.safe_dump([{
-            "name": "drain", "hosts": "p800-a02", "gather_facts": False,
-            "vars": {"gateway_router_port": router.port, "gateway_metrics_port": router.port},
-            "tasks": [{"name": "out", "ansible.builtin.include_role": {"name": "serve", "tasks_from": "gateway_worker"},
-                       "vars": {"serve_gateway_worker_state": "absent"}},
-                      {"name": "back", "ansible.builtin.include_role": {"name": "serve", "tasks_from": "gateway_worker"},
-                       "vars": {"serve_gateway_worker_state": "present"}}]}]))
+        drain.write_text(
+            yaml.safe_dump(
+                [
+                    {
+                        "name": "drain",
+                        "hosts": "p800-a02",
+                        "gather_facts": False,
+                        "vars": {"gateway_router_port": router.port, "gateway_metrics_port": router.port},
+                        "tasks": [
+                            {
+                                "name": "out",
+                                "ansible.builtin.include_role": {"name": "serve", "tasks_from": "gateway_worker"},
+                                "vars": {"serve_gateway_worker_state": "absent"},
+                            },
+                            {
+                                "name": "back",
+                                "ansible.builtin.include_role": {"name": "serve", "tasks_from": "gateway_worker"},
+                                "vars": {"serve_gateway_worker_state": "present"},
+                            },
+                        ],
+                    }
+                ]
+            )
+        )
         rc, out = run_playbook(inventory, str(drain), tmp_path, *local)
     finally:
         router.close()
     assert rc == 0, out[-3000:]
-    assert router.calls == [("/remove_worker", "http://10.30.1.12:8000"), ("/add_worker", "http://10.30.1.12:8000")], \
-        (router.calls, out[-3000:])
+    assert router.calls == [("/remove_worker", "http://10.30.1.12:8000"), ("/add_worker", "http://10.30.1.12:8000")], (
+        router.calls,
+        out[-3000:],
+    )
     assert sorted(router.urls) == sorted(listed)
 
 
-@pytest.mark.parametrize("setting, shown", [
-    ({"gateway_router_host": "0.0.0.0"}, "gateway_router_host 0.0.0.0 and"),
-    ({"gateway_metrics_host": "10.20.1.11"}, "gateway_metrics_host 10.20.1.11 must be loopback addresses"),
-    ({"gateway_router_port": 8080}, "gateway_port 8080, gateway_router_port 8080"),
-    ({"gateway_metrics_port": 8081}, "gateway_metrics_port 8081 must differ"),
-    ({"gateway_tls_cert": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"},
-     "gateway_tls_cert and gateway_tls_key must be given together"),
-], ids=["router-not-on-loopback", "metrics-not-on-loopback", "router-on-the-public-port",
-        "metrics-on-the-router-port", "certificate-without-key"])
+@pytest.mark.parametrize(
+    "setting, shown",
+    [
+        ({"gateway_router_host": "0.0.0.0"}, "gateway_router_host 0.0.0.0 and"),
+        ({"gateway_metrics_host": "10.20.1.11"}, "gateway_metrics_host 10.20.1.11 must be loopback addresses"),
+        ({"gateway_router_port": 8080}, "gateway_port 8080, gateway_router_port 8080"),
+        ({"gateway_metrics_port": 8081}, "gateway_metrics_port 8081 must differ"),
+        (
+            {"gateway_tls_cert": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"},
+            "gateway_tls_cert and gateway_tls_key must be given together",
+        ),
+    ],
+    ids=[
+        "router-not-on-loopback",
+        "metrics-not-on-loopback",
+        "router-on-the-public-port",
+        "metrics-on-the-router-port",
+        "certificate-without-key",
+    ],
+)
 def test_an_open_endpoint_is_refused_on_the_controller(inventory, tmp_path, setting, shown):
     """Settings that would open the router's unauthenticated admin API or its metrics to
     the network, or give the proxy half a TLS pair: refused by the controller step, naming

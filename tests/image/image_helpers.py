@@ -57,8 +57,14 @@ def sources():
         sim.build_driver(PINS, str(vendor))
         base_archive(vendor / "vllm-kunlun-exp-base.tar", [PINS["kunlun_stack_base_image"]])
         sim.build_vllm_wheel(PINS, str(index))
-        build_wheel(str(index / "transformers-5.2.0-py3-none-any.whl"), "transformers", "5.2.0",
-                    {"transformers/__init__.py": b""}, "py3-none-any", purelib=True)
+        build_wheel(
+            str(index / "transformers-5.2.0-py3-none-any.whl"),
+            "transformers",
+            "5.2.0",
+            {"transformers/__init__.py": b""},
+            "py3-none-any",
+            purelib=True,
+        )
         _SOURCES.append(root)
     return _SOURCES[0]
 
@@ -75,10 +81,15 @@ class Site:
         shutil.copytree(sources() / "vendor", self.vendor)
         # The index's files here are stand-ins: the index's sha256 does not apply.
         self.vars = {"kunlun_stack_bundle_dir": str(self.bundle), "kunlun_stack_index_sha256": {}}
-        self.hosts = {"all": {"children": {
-            "image_builders": {"hosts": {"b1": {"ansible_host": "192.0.2.10"}}},
-            "xpu_servers": {"hosts": {"b1": {}, "s2": {"ansible_host": "192.0.2.11"}}},
-            "gateways": {"hosts": {"b1": {}}}}}}
+        self.hosts = {
+            "all": {
+                "children": {
+                    "image_builders": {"hosts": {"b1": {"ansible_host": "192.0.2.10"}}},
+                    "xpu_servers": {"hosts": {"b1": {}, "s2": {"ansible_host": "192.0.2.11"}}},
+                    "gateways": {"hosts": {"b1": {}}},
+                }
+            }
+        }
         self.rebuild()
 
     def rebuild(self):
@@ -90,8 +101,15 @@ class Site:
         pins.update({k: v for k, v in self.vars.items() if k in product.PIN_VARS})
         pins.pop("kunlun_stack_gateway_router", None)
         lines = []
-        rc, _ = product.build(str(self.bundle), vendor=str(self.vendor), find_links=[str(sources() / "index")],
-                              no_index=True, pins=pins, cache_path=str(self.tmp / "sums.json"), log=lines.append)
+        rc, _ = product.build(
+            str(self.bundle),
+            vendor=str(self.vendor),
+            find_links=[str(sources() / "index")],
+            no_index=True,
+            pins=pins,
+            cache_path=str(self.tmp / "sums.json"),
+            log=lines.append,
+        )
         assert rc == 0, "\n".join(lines)
 
     def files(self):
@@ -113,11 +131,28 @@ class Site:
 
     def run(self, playbook=ROOT / "playbooks/image.yml", *extra):
         self.write()
-        env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-                   ANSIBLE_FORCE_COLOR="0", ANSIBLE_CACHE_PLUGIN_CONNECTION=str(self.tmp / "facts"),
-                   ANSIBLE_TIMEOUT="3")
-        proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(self.inventory), str(playbook),
-                               "-e", "kunlun_stack_bundle_sum_cache=%s" % (self.tmp / "sums.json"), *extra],
-                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        env = dict(
+            os.environ,
+            ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+            ANSIBLE_NOCOLOR="1",
+            ANSIBLE_FORCE_COLOR="0",
+            ANSIBLE_CACHE_PLUGIN_CONNECTION=str(self.tmp / "facts"),
+            ANSIBLE_TIMEOUT="3",
+        )
+        proc = subprocess.run(
+            [
+                str(ROOT / ".venv/bin/ansible-playbook"),
+                "-i",
+                str(self.inventory),
+                str(playbook),
+                "-e",
+                "kunlun_stack_bundle_sum_cache=%s" % (self.tmp / "sums.json"),
+                *extra,
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         return proc.returncode, proc.stdout + proc.stderr
-

@@ -34,6 +34,7 @@ REGISTRY = "172.31.250.11:5000"
 
 def ssh(index, command, check=True):
     from kunlun_fleet.sim import fleet
+
     proc = subprocess.run(fleet.ssh_cmd(index, command), capture_output=True, text=True, timeout=300)
     if check:
         assert proc.returncode == 0, "kf-node-%d: %r failed: %s%s" % (index, command, proc.stdout, proc.stderr)
@@ -42,6 +43,7 @@ def ssh(index, command, check=True):
 
 def env():
     from kunlun_fleet.cli import ansible_env
+
     return dict(ansible_env(str(INVENTORY)), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
 
 
@@ -107,8 +109,14 @@ def test_source_dies_as_hosts_pull_then_a_host_drops_mid_distribution_each_resum
     dead = False
     try:
         with open(log, "w") as sink:
-            proc = subprocess.Popen(play_cmd(), cwd=ROOT, env=dict(env(), ANSIBLE_CALLBACK_RESULT_FORMAT="json"),
-                                    stdout=sink, stderr=subprocess.STDOUT, text=True)
+            proc = subprocess.Popen(
+                play_cmd(),
+                cwd=ROOT,
+                env=dict(env(), ANSIBLE_CALLBACK_RESULT_FORMAT="json"),
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
             deadline = time.monotonic() + 600
             # the hosts are about to pull: the builder pushed (or found) its tag
             while "TASK [image : Distribute | Does this host hold the tag?]" not in log.read_text():
@@ -129,8 +137,10 @@ def test_source_dies_as_hosts_pull_then_a_host_drops_mid_distribution_each_resum
             assert at >= 0, out[-6000:]
             rest = after[at:].split("=> ", 1)[1]
             text = json.JSONDecoder().raw_decode(rest)[0]["msg"]
-            assert text.startswith("%s could not pull %s/kunlun-serving:%s from the registry on the builder kf-node-1:"
-                                   % (name, REGISTRY, tag)), text
+            assert text.startswith(
+                "%s could not pull %s/kunlun-serving:%s from the registry on the builder kf-node-1:"
+                % (name, REGISTRY, tag)
+            ), text
             assert "Fix: make kf-node-1 and its registry (kunlun-registry.service on %s) reachable" % REGISTRY in text
             ids = image_ids(i)
             assert tag not in ids and ids.get("current") == serving[i], ids
@@ -164,6 +174,7 @@ def test_source_dies_as_hosts_pull_then_a_host_drops_mid_distribution_each_resum
         if cut:
             refuse_port(3, 22, False)
         from kunlun_fleet.sim import fleet
+
         fleet.drop_control_masters([3])
     # the other host finished (resuming the pull the dead source broke): the builder's
     # image under the build tag and :current
@@ -176,13 +187,17 @@ def test_source_dies_as_hosts_pull_then_a_host_drops_mid_distribution_each_resum
     rc, out = play()
     assert rc == 0, out[-6000:]
     hosts = recap(out)
-    assert hosts["kf-node-3"]["changed"] > 0 and hosts["kf-node-2"]["changed"] == 0 \
-        and hosts["kf-node-1"]["changed"] == 0, hosts
+    assert (
+        hosts["kf-node-3"]["changed"] > 0 and hosts["kf-node-2"]["changed"] == 0 and hosts["kf-node-1"]["changed"] == 0
+    ), hosts
     assert re.search(r"changed: \[kf-node-3\]", out.split("Distribute | Pull the image")[1].split("TASK [")[0])
     assert image_ids(3).get(tag) == builder_id
     # the engines' pulls (user agent docker/...; the builder's read-only look is Python's)
-    pulls = re.findall(r'^(\S+) - - \[[^]]*\] "(?:GET|HEAD) /v2/kunlun-serving/manifests/[^" ]+ [^"]*" \d+ \d+ "[^"]*" "docker/',
-                       registry_log_since(stamp), re.M)
+    pulls = re.findall(
+        r'^(\S+) - - \[[^]]*\] "(?:GET|HEAD) /v2/kunlun-serving/manifests/[^" ]+ [^"]*" \d+ \d+ "[^"]*" "docker/',
+        registry_log_since(stamp),
+        re.M,
+    )
     assert pulls and set(pulls) == {"172.31.250.13"}, pulls
 
 
@@ -191,7 +206,9 @@ def test_stream_option_still_distributes(converged):
     ssh(2, "docker rmi kunlun-serving:%s" % tag)
     rc, out = play("-e", "image_distribution=stream")
     assert rc == 0, out[-6000:]
-    assert re.search(r"changed: \[kf-node-2 -> localhost\]", out.split("Distribute | Stream the image")[1].split("TASK [")[0])
+    assert re.search(
+        r"changed: \[kf-node-2 -> localhost\]", out.split("Distribute | Stream the image")[1].split("TASK [")[0]
+    )
     assert image_ids(2).get(tag) == builder_id
     hosts = recap(out)
     assert hosts["kf-node-3"]["changed"] == 0 and hosts["kf-node-1"]["changed"] == 0, hosts

@@ -45,9 +45,12 @@ def built_image(sim_fleet, tmp_path_factory):
 
     site = Site(tmp_path_factory.mktemp("engine"))
     site.bundle = type(site.bundle)(BUNDLE)
-    site.vars = {"kunlun_stack_bundle_dir": BUNDLE, "image_registry": PINS["kunlun_stack_base_image"].split("/")[0],
-                 # the sim inventory's: its vllm is a stand-in, not the index's file
-                 "kunlun_stack_index_sha256": product.load_pins(ROOT / "inventories/sim")["kunlun_stack_index_sha256"]}
+    site.vars = {
+        "kunlun_stack_bundle_dir": BUNDLE,
+        "image_registry": PINS["kunlun_stack_base_image"].split("/")[0],
+        # the sim inventory's: its vllm is a stand-in, not the index's file
+        "kunlun_stack_index_sha256": product.load_pins(ROOT / "inventories/sim")["kunlun_stack_index_sha256"],
+    }
     ctx = site.tmp / "ctx"
     (ctx / "artifacts").mkdir(parents=True)
     for key in PINS["kunlun_stack_components"]:
@@ -58,15 +61,18 @@ def built_image(sim_fleet, tmp_path_factory):
         "- hosts: image_builders[0]\n  gather_facts: false\n  tasks:\n"
         "    - ansible.builtin.include_role: {name: image, tasks_from: validate.yml}\n"
         "    - ansible.builtin.copy: {content: '{{ image_dockerfile }}', dest: '%s/Dockerfile', mode: '0644'}\n"
-        "      delegate_to: localhost\n" % ctx)
+        "      delegate_to: localhost\n" % ctx
+    )
     rc, out = site.run(playbook, "-e", "ansible_python_interpreter=%s" % sys.executable)
     assert rc == 0, out[-3000:]
     proc = docker("build", "--no-cache", "-t", TAG, str(ctx), timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     # the patch script's own results line, and which quantization module the build kept
     assert "  Results: 11 applied  |  0 skipped  |  0 failed  |  11 total" in proc.stdout
-    assert "vllm-kunlun quantization: vllm_kunlun/ops/quantization/__init__.py is no replacement of vllm's " \
-           "quantization module" in proc.stdout
+    assert (
+        "vllm-kunlun quantization: vllm_kunlun/ops/quantization/__init__.py is no replacement of vllm's "
+        "quantization module" in proc.stdout
+    )
     yield TAG
     docker("rmi", TAG)
 
@@ -86,9 +92,17 @@ def probe(image, nodes, tmp_path, error_node=None, quantization=None):
         subprocess.run(["mknod", str(devdir / name), "c", major, minor], check=True)
     comps = PINS["kunlun_stack_components"]
     devices = ["/dev/xpu%d" % i for i in range(nodes)] + ["/dev/xpuctrl"]
-    cmd = mod.probe_command("docker", image, comps["python"]["venv"] + "/bin/python", devices,
-                            PINS["kunlun_stack_serving_env"], sp.probe_request(comps, quantization),
-                            "32g", ["SYS_PTRACE"], ["seccomp=unconfined"])
+    cmd = mod.probe_command(
+        "docker",
+        image,
+        comps["python"]["venv"] + "/bin/python",
+        devices,
+        PINS["kunlun_stack_serving_env"],
+        sp.probe_request(comps, quantization),
+        "32g",
+        ["SYS_PTRACE"],
+        ["seccomp=unconfined"],
+    )
     # the module passes /dev/xpuN:/dev/xpuN; here the host side is a scratch node
     cmd = ["%s/%s:%s" % (devdir, a.split(":")[0][5:], a.split(":")[1]) if a.startswith("/dev/xpu") else a for a in cmd]
     proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=120)
@@ -116,12 +130,23 @@ def test_the_built_image_proves(built_image, tmp_path):
     assert report["executable"] == "/opt/vllm_kunlun/bin/python"
     # what vllm-kunlun runs on: torch in CUDA-compatible mode and the platform it registers
     assert sp.findings(report) == (
-        {"available": True, "device_count": 8, "tensor_ok": True, "total_memory_bytes": 98304 * 1024 * 1024,
-         "device_name": "P800 OAM"},
-        {"class": "vllm_kunlun.platforms.kunlun.KunlunPlatform", "device_name": "cuda", "dispatch_key": "CPU",
-         "dist_backend": "nccl"})
+        {
+            "available": True,
+            "device_count": 8,
+            "tensor_ok": True,
+            "total_memory_bytes": 98304 * 1024 * 1024,
+            "device_name": "P800 OAM",
+        },
+        {
+            "class": "vllm_kunlun.platforms.kunlun.KunlunPlatform",
+            "device_name": "cuda",
+            "dispatch_key": "CPU",
+            "dist_backend": "nccl",
+        },
+    )
     assert sp.summary(report) == (
-        "torch.cuda: available, 8 devices, cuda:0 tensor ok, device 0 96.0 GiB; platform cuda/CPU/nccl")
+        "torch.cuda: available, 8 devices, cuda:0 tensor ok, device 0 96.0 GiB; platform cuda/CPU/nccl"
+    )
     assert report["errors"] == {}
     # the serving method loads in vllm's own module (the 0.15.1-era tree replaces nothing)
     assert report["quantization"]["config"] == "compressed-tensors" and report["quantization"]["general_plugins"]
@@ -146,15 +171,25 @@ def test_no_node_fails_every_cuda_check_on_the_driver(built_image, tmp_path):
     """No accelerator node passed: torch.cuda has no device and a tensor on cuda:0 raises."""
     report, failed = probe(built_image, 0, tmp_path)
     assert [(r["layer"], r["component"]) for r in failed] == [
-        ("driver", "torch_xmlir._XMLIRC._xpu_get_devices_number()"), ("driver", "torch.cuda.is_available()"),
-        ("driver", "torch.cuda.device_count()"), ("driver", 'torch.arange(4, device="cuda:0")'),
-        ("driver", "torch.cuda.get_device_properties(0).total_memory")]
+        ("driver", "torch_xmlir._XMLIRC._xpu_get_devices_number()"),
+        ("driver", "torch.cuda.is_available()"),
+        ("driver", "torch.cuda.device_count()"),
+        ("driver", 'torch.arange(4, device="cuda:0")'),
+        ("driver", "torch.cuda.get_device_properties(0).total_memory"),
+    ]
     assert report["errors"]["torch.cuda.tensor"] == "RuntimeError: No CUDA GPUs are available"
 
 
 def test_no_pip_in_the_venv(built_image):
-    proc = docker("run", "--rm", "--entrypoint", "/bin/sh", built_image, "-c",
-                  "test ! -e /opt/vllm_kunlun/bin/pip && command -v uv && ! ls /tmp/kunlun-artifacts")
+    proc = docker(
+        "run",
+        "--rm",
+        "--entrypoint",
+        "/bin/sh",
+        built_image,
+        "-c",
+        "test ! -e /opt/vllm_kunlun/bin/pip && command -v uv && ! ls /tmp/kunlun-artifacts",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -167,17 +202,20 @@ BAD = {
     "transformers-5.5.3": (
         "COPY {wheel} /tmp/\n"
         "RUN uv pip install --python /opt/vllm_kunlun/bin/python --no-deps --force-reinstall /tmp/{wheel}\n",
-        "AttributeError: 'Qwen2VLImageProcessor' object has no attribute 'max_pixels'"),
+        "AttributeError: 'Qwen2VLImageProcessor' object has no attribute 'max_pixels'",
+    ),
     "vllm-kunlun-2fda97b": (
         "COPY {tarball} /tmp/\n"
         "RUN rm -rf %s/vllm_kunlun %s/vllm_kunlun-* && mkdir /tmp/vk \\\n"
         " && tar -xzf /tmp/{tarball} -C /tmp/vk --strip-components=1 \\\n"
         " && cd /tmp/vk && /opt/vllm_kunlun/bin/python setup.py build && /opt/vllm_kunlun/bin/python setup.py install\n"
         % (SP, SP),
-        "TypeError: causal_conv1d_update() got an unexpected keyword argument"),
+        "TypeError: causal_conv1d_update() got an unexpected keyword argument",
+    ),
     "no-_kunlun": (
         "RUN rm %s/vllm_kunlun/_kunlun*.so\n" % SP,
-        "ImportError: cannot import name '_kunlun' from 'vllm_kunlun'"),
+        "ImportError: cannot import name '_kunlun' from 'vllm_kunlun'",
+    ),
 }
 
 
@@ -216,9 +254,26 @@ def serve_once(image, tmp_path):
         args += ["--device", "%s:/dev/%s" % (devdir / name, name)]
     for key, value in dict(PINS["kunlun_stack_serving_env"], HF_HUB_OFFLINE="1", KUNLUN_SIM_LOAD_SECONDS="0").items():
         args += ["-e", "%s=%s" % (key, value)]
-    proc = docker("run", "--rm", *args, "-v", "%s:%s:ro" % (model, model), "--entrypoint", "timeout", image,
-                  "90", "/opt/vllm_kunlun/bin/python", "-m", "vllm.entrypoints.openai.api_server",
-                  *serving_args(PINS, model), "--port", "18555", "--api-key", "k", timeout=180)
+    proc = docker(
+        "run",
+        "--rm",
+        *args,
+        "-v",
+        "%s:%s:ro" % (model, model),
+        "--entrypoint",
+        "timeout",
+        image,
+        "90",
+        "/opt/vllm_kunlun/bin/python",
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        *serving_args(PINS, model),
+        "--port",
+        "18555",
+        "--api-key",
+        "k",
+        timeout=180,
+    )
     return (None if proc.returncode == 124 else proc.returncode), proc.stdout + proc.stderr
 
 
@@ -233,5 +288,7 @@ def test_the_proof_refuses_an_image_without_the_extension(bad_images, tmp_path):
     _, failed = probe(bad_images["no-_kunlun"], 8, tmp_path)
     # the platform class does not import either: its module imports _kunlun
     assert [(r["layer"], r["component"]) for r in failed] == [
-        ("plugin", "from vllm_kunlun import _kunlun"), ("plugin", "vllm.platform_plugins class")], failed
+        ("plugin", "from vllm_kunlun import _kunlun"),
+        ("plugin", "vllm.platform_plugins class"),
+    ], failed
     assert "ImportError: cannot import name '_kunlun'" in failed[1]["found"]

@@ -59,13 +59,16 @@ def test_base_image_missing_and_no_registry_is_refused(site):
 
 def test_no_bundle_is_refused(site):
     site.vars["kunlun_stack_bundle_dir"] = ""
-    refused(*site.run(), "kunlun_stack_bundle_dir is \"\"", "Fix:")
+    refused(*site.run(), 'kunlun_stack_bundle_dir is ""', "Fix:")
 
 
 def test_with_a_registry_the_base_archive_is_not_needed(site):
     site.drop("base_image")
-    site.vars.update(image_registry=PINS["kunlun_stack_base_image"].split("/")[0], image_registry_username="u",
-                     image_registry_password="s3cret-never-logged")
+    site.vars.update(
+        image_registry=PINS["kunlun_stack_base_image"].split("/")[0],
+        image_registry_username="u",
+        image_registry_password="s3cret-never-logged",
+    )
     rc, out = site.run(TAG_PLAYBOOK)
     assert rc == 0, out[-3000:]
     assert "s3cret-never-logged" not in out
@@ -81,8 +84,13 @@ def test_tag_is_stable_and_follows_every_input(site, tmp_path):
     assert tag_of(site) == base
     # an artifact's bytes (and so its manifest line): another build of the same triton
     triton = PINS["kunlun_stack_components"]["triton"]
-    build_wheel(str(site.vendor / os.path.basename(site.files()["triton"])), "triton", triton["version"],
-                {"triton/__init__.py": b"# another triton build\n"}, "cp310-cp310-linux_x86_64")
+    build_wheel(
+        str(site.vendor / os.path.basename(site.files()["triton"])),
+        "triton",
+        triton["version"],
+        {"triton/__init__.py": b"# another triton build\n"},
+        "cp310-cp310-linux_x86_64",
+    )
     site.rebuild()
     changed_artifact = tag_of(site)
     assert changed_artifact != base
@@ -95,8 +103,13 @@ def test_tag_is_stable_and_follows_every_input(site, tmp_path):
     comps = copy.deepcopy(PINS["kunlun_stack_components"])
     comps["xspeedgate_ops"]["version"] = "0.0.1+torch25"
     (site.vendor / os.path.basename(site.files()["xspeedgate_ops"])).unlink()
-    build_wheel(str(site.vendor / "xspeedgate_ops-0.0.1+torch25-cp310-cp310-linux_x86_64.whl"), "xspeedgate_ops",
-                "0.0.1+torch25", {"xspeedgate_ops/__init__.py": b""}, "cp310-cp310-linux_x86_64")
+    build_wheel(
+        str(site.vendor / "xspeedgate_ops-0.0.1+torch25-cp310-cp310-linux_x86_64.whl"),
+        "xspeedgate_ops",
+        "0.0.1+torch25",
+        {"xspeedgate_ops/__init__.py": b""},
+        "cp310-cp310-linux_x86_64",
+    )
     site.vars.update(kunlun_stack_components=comps, kunlun_stack_allow_unvalidated=True)
     site.rebuild()
     changed_pin = tag_of(site)

@@ -30,7 +30,8 @@ def render(site):
         "- hosts: image_builders[0]\n  gather_facts: false\n  tasks:\n"
         "    - ansible.builtin.include_role: {name: image, tasks_from: validate.yml}\n"
         "    - ansible.builtin.copy: {content: '{{ image_dockerfile }}', dest: '%s', mode: '0644'}\n"
-        "      delegate_to: localhost\n" % out_file)
+        "      delegate_to: localhost\n" % out_file
+    )
     rc, out = site.run(playbook, "-e", "ansible_python_interpreter=%s" % sys.executable)
     assert rc == 0, out[-3000:]
     text = out_file.read_text().replace("\\\n", " ")
@@ -76,30 +77,45 @@ def stage(tmp_path, break_two=False, quant=None):
         cfg.write_text(cfg.read_text().replace('"ATEN,TRITON,CPP"', '"ATEN,TRITON"'))
         (site / "torch" / "utils" / "_triton.py").unlink()
     py = tmp_path / "python"
-    py.write_text('#!/bin/sh\nif [ "$1" = -c ]; then echo %s; exit 0; fi\nPYTHONPATH=%s exec %s "$@"\n'
-                  % (site, site, sys.executable))
+    py.write_text(
+        '#!/bin/sh\nif [ "$1" = -c ]; then echo %s; exit 0; fi\nPYTHONPATH=%s exec %s "$@"\n'
+        % (site, site, sys.executable)
+    )
     py.chmod(0o755)
     return site, py
 
 
 def run_step(line, py, cwd=None):
-    return subprocess.run(["bash", "-o", "pipefail", "-c", line.replace(VENV_PYTHON, str(py))],
-                          capture_output=True, text=True, cwd=cwd)
+    return subprocess.run(
+        ["bash", "-o", "pipefail", "-c", line.replace(VENV_PYTHON, str(py))], capture_output=True, text=True, cwd=cwd
+    )
 
 
 def fake_script(site, stdout, rc):
     """patch_torch251.py replaced by one that prints `stdout` and exits `rc`."""
     (site / "vllm_kunlun/patches/patch_torch251.py").write_text(
-        "import sys\nsys.stdout.write(%r)\nsys.exit(%d)\n" % (stdout, rc))
+        "import sys\nsys.stdout.write(%r)\nsys.exit(%d)\n" % (stdout, rc)
+    )
 
 
 def vendor_output(applied, skipped, failed, fail_files=()):
     """What the vendor's script prints (vLLM-Kunlun 8986d8c, vllm_kunlun/patches/patch_torch251.py)."""
-    lines = [RULE, "  vLLM Compatibility Patch for PyTorch 2.5.1", "  Total patches: 11", "",
-             "  NOTE: These patches are TEMPORARY. Remove them after", "        upgrading to PyTorch 2.9+.", RULE]
+    lines = [
+        RULE,
+        "  vLLM Compatibility Patch for PyTorch 2.5.1",
+        "  Total patches: 11",
+        "",
+        "  NOTE: These patches are TEMPORARY. Remove them after",
+        "        upgrading to PyTorch 2.9+.",
+        RULE,
+    ]
     for name in fail_files:
-        lines += ["", "Patch: %s (lines 378-380)" % name, "  Description: x",
-                  "  FAIL: Original code not found. The file may have been modified or the vLLM version may differ."]
+        lines += [
+            "",
+            "Patch: %s (lines 378-380)" % name,
+            "  Description: x",
+            "  FAIL: Original code not found. The file may have been modified or the vLLM version may differ.",
+        ]
     lines += ["", RULE, "  Results: %d applied  |  %d skipped  |  %d failed  |  11 total" % (applied, skipped, failed)]
     if applied:
         lines += ["  Original files backed up as .bak", "  To revert: python patch_torch251.py --revert"]
@@ -118,20 +134,25 @@ def test_patch_step_passes_on_torch_251_and_copies_eval_frame(patch_run, tmp_pat
     # the vendor's script's own lines, in the build log
     assert "  Results: 11 applied  |  0 skipped  |  0 failed  |  11 total" in lines
     assert lines[lines.index("  Results: 11 applied  |  0 skipped  |  0 failed  |  11 total") + 3] == RULE
-    assert (site / "torch/_dynamo/eval_frame.py").read_text() == \
-        (site / "vllm_kunlun/patches/eval_frame.py").read_text()
+    assert (site / "torch/_dynamo/eval_frame.py").read_text() == (
+        site / "vllm_kunlun/patches/eval_frame.py"
+    ).read_text()
 
 
 def test_patch_step_fails_the_build_when_patches_fail(patch_run, tmp_path):
     site, py = stage(tmp_path, break_two=True)
     proc = run_step(patch_run, py)
     assert proc.returncode == 1
-    assert "expected a results line with 11 applied and 0 failed and exit status 0, saw Results: 9 applied  " \
-           "|  0 skipped  |  2 failed  |  11 total and exit status 1." in proc.stderr, proc.stderr
+    assert (
+        "expected a results line with 11 applied and 0 failed and exit status 0, saw Results: 9 applied  "
+        "|  0 skipped  |  2 failed  |  11 total and exit status 1." in proc.stderr
+    ), proc.stderr
     assert "torch/_inductor/config.py (lines 4): Original code not found" in proc.stderr
     assert "torch/utils/_triton.py (lines 19-20): File not found" in proc.stderr
     # nothing was copied over torch
-    assert (site / "torch/_dynamo/eval_frame.py").read_text() != (site / "vllm_kunlun/patches/eval_frame.py").read_text()
+    assert (site / "torch/_dynamo/eval_frame.py").read_text() != (
+        site / "vllm_kunlun/patches/eval_frame.py"
+    ).read_text()
 
 
 def test_the_vendor_s_results_line_passes(patch_run, tmp_path):
@@ -141,21 +162,36 @@ def test_the_vendor_s_results_line_passes(patch_run, tmp_path):
     fake_script(site, vendor_output(11, 0, 0), 0)
     proc = run_step(patch_run, py)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert (site / "torch/_dynamo/eval_frame.py").read_text() == \
-        (site / "vllm_kunlun/patches/eval_frame.py").read_text()
+    assert (site / "torch/_dynamo/eval_frame.py").read_text() == (
+        site / "vllm_kunlun/patches/eval_frame.py"
+    ).read_text()
 
 
-@pytest.mark.parametrize("stdout, rc, saw", [
-    # the counts match, the script says otherwise: its exit status is honoured
-    (vendor_output(11, 0, 0), 1, "saw Results: 11 applied  |  0 skipped  |  0 failed  |  11 total and exit status 1."),
-    # a second run on patched files: nothing applied
-    (vendor_output(0, 11, 0), 0, "saw Results: 0 applied  |  11 skipped  |  0 failed  |  11 total and exit status 0."),
-    (vendor_output(10, 0, 1, ["vllm/attention/layer.py"]), 1,
-     "saw Results: 10 applied  |  0 skipped  |  1 failed  |  11 total and exit status 1. Failed: "
-     "vllm/attention/layer.py (lines 378-380): Original code not found."),
-    # the line this project once took for the script's: no results line at all
-    ("11 applied / 0 failed\n", 0, "saw no results line (last line: 11 applied / 0 failed) and exit status 0."),
-])
+@pytest.mark.parametrize(
+    "stdout, rc, saw",
+    [
+        # the counts match, the script says otherwise: its exit status is honoured
+        (
+            vendor_output(11, 0, 0),
+            1,
+            "saw Results: 11 applied  |  0 skipped  |  0 failed  |  11 total and exit status 1.",
+        ),
+        # a second run on patched files: nothing applied
+        (
+            vendor_output(0, 11, 0),
+            0,
+            "saw Results: 0 applied  |  11 skipped  |  0 failed  |  11 total and exit status 0.",
+        ),
+        (
+            vendor_output(10, 0, 1, ["vllm/attention/layer.py"]),
+            1,
+            "saw Results: 10 applied  |  0 skipped  |  1 failed  |  11 total and exit status 1. Failed: "
+            "vllm/attention/layer.py (lines 378-380): Original code not found.",
+        ),
+        # the line this project once took for the script's: no results line at all
+        ("11 applied / 0 failed\n", 0, "saw no results line (last line: 11 applied / 0 failed) and exit status 0."),
+    ],
+)
 def test_the_check_says_what_it_expected_and_what_it_saw(patch_run, tmp_path, stdout, rc, saw):
     site, py = stage(tmp_path)
     fake_script(site, stdout, rc)
@@ -175,30 +211,46 @@ def test_the_0_15_1_era_quantization_file_keeps_vllm_s_module(patch_run, tmp_pat
     assert not (site / "vllm_kunlun/quantization").exists()
     proc = run_step(patch_run, py)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "vllm-kunlun quantization: vllm_kunlun/ops/quantization/__init__.py is no replacement of vllm's " \
-           "quantization module (it defines no get_quantization_config); vllm's own module kept" in proc.stdout
+    assert (
+        "vllm-kunlun quantization: vllm_kunlun/ops/quantization/__init__.py is no replacement of vllm's "
+        "quantization module (it defines no get_quantization_config); vllm's own module kept" in proc.stdout
+    )
     assert quant_of(site).startswith("# vllm's own")
 
 
-@pytest.mark.parametrize("quant, copied", [
-    # the later top-level directory (2026-03-31) wins over ops/
-    ({"quantization/__init__.py": "def get_quantization_config(q):\n    return 'kunlun'\n",
-      "ops/quantization/__init__.py": ""}, "vllm_kunlun/quantization/__init__.py"),
-    ({"ops/quantization/__init__.py": "def get_quantization_config(q):\n    return 'kunlun'\n"},
-     "vllm_kunlun/ops/quantization/__init__.py"),
-    ({}, None),
-])
+@pytest.mark.parametrize(
+    "quant, copied",
+    [
+        # the later top-level directory (2026-03-31) wins over ops/
+        (
+            {
+                "quantization/__init__.py": "def get_quantization_config(q):\n    return 'kunlun'\n",
+                "ops/quantization/__init__.py": "",
+            },
+            "vllm_kunlun/quantization/__init__.py",
+        ),
+        (
+            {"ops/quantization/__init__.py": "def get_quantization_config(q):\n    return 'kunlun'\n"},
+            "vllm_kunlun/ops/quantization/__init__.py",
+        ),
+        ({}, None),
+    ],
+)
 def test_the_quantization_module_that_exists_is_copied(patch_run, tmp_path, quant, copied):
     site, py = stage(tmp_path, quant=quant)
     proc = run_step(patch_run, py)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     if copied:
-        assert "vllm-kunlun quantization: copied %s over vllm/model_executor/layers/quantization/__init__.py" \
-            % copied in proc.stdout
+        assert (
+            "vllm-kunlun quantization: copied %s over vllm/model_executor/layers/quantization/__init__.py" % copied
+            in proc.stdout
+        )
         assert quant_of(site) == quant[copied.split("/", 1)[1]]
     else:
-        assert "vllm-kunlun quantization: the tree has no vllm_kunlun/quantization/__init__.py nor " \
-               "vllm_kunlun/ops/quantization/__init__.py; vllm's own module kept" in proc.stdout
+        assert (
+            "vllm-kunlun quantization: the tree has no vllm_kunlun/quantization/__init__.py nor "
+            "vllm_kunlun/ops/quantization/__init__.py; vllm's own module kept" in proc.stdout
+        )
         assert quant_of(site).startswith("# vllm's own")
 
 
@@ -264,9 +316,12 @@ def test_the_vllm_kunlun_build_runs_where_setup_py_is(tmp_path, top):
     site = Site(tmp_path / "site")
     (stale,) = [p for p in site.vendor.iterdir() if p.name.startswith("vllm-kunlun-0.15.1.dev0-")]
     stale.unlink()
-    tarball(site.vendor / "vllm-kunlun-0.15.1.dev0-4885de2.tar.gz",
-            {"setup.py": "# setup.py\n", "pyproject.toml": "[project]\nname = \"vllm-kunlun\"\nversion = \"0.15.1.dev0\"\n"},
-            top, sim.VLLM_KUNLUN_COMMIT_IDS["4885de2"])
+    tarball(
+        site.vendor / "vllm-kunlun-0.15.1.dev0-4885de2.tar.gz",
+        {"setup.py": "# setup.py\n", "pyproject.toml": '[project]\nname = "vllm-kunlun"\nversion = "0.15.1.dev0"\n'},
+        top,
+        sim.VLLM_KUNLUN_COMMIT_IDS["4885de2"],
+    )
     site.rebuild()
     line = the_run(render(site), "setup.py build")
     work = tmp_path / "ctx"
@@ -274,8 +329,9 @@ def test_the_vllm_kunlun_build_runs_where_setup_py_is(tmp_path, top):
     shutil.copy(site.bundle / site.files()["vllm_kunlun"], work)
     py = tmp_path / "python"
     log = tmp_path / "calls"
-    py.write_text('#!/bin/sh\n[ -f setup.py ] || { echo "no setup.py in $PWD" >&2; exit 1; }\n'
-                  'echo "$PWD $*" >> %s\n' % log)
+    py.write_text(
+        '#!/bin/sh\n[ -f setup.py ] || { echo "no setup.py in $PWD" >&2; exit 1; }\necho "$PWD $*" >> %s\n' % log
+    )
     py.chmod(0o755)
     proc = run_step(line.replace("/tmp/vllm-kunlun", str(tmp_path / "vk")), py, cwd=work)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -64,6 +64,7 @@ def no_orphans_left():
         except OSError:
             pass
 
+
 ROOT = Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = ROOT / ".venv/bin/ansible-playbook"
 JOURNAL = ".kunlun-carry-over.json"
@@ -75,11 +76,13 @@ def _missing_tools():
 
 
 if os.geteuid() != 0 or _missing_tools() or "xfs" not in Path("/proc/filesystems").read_text():
-    pytest.skip("needs root, XFS and %s (apt-get install rsync xfsprogs acl attr)" % ", ".join(TOOLS),
-                allow_module_level=True)
+    pytest.skip(
+        "needs root, XFS and %s (apt-get install rsync xfsprogs acl attr)" % ", ".join(TOOLS), allow_module_level=True
+    )
 
 
 # ----------------------------------------------------------------------------- helpers
+
 
 def sh(*argv, check=True):
     return subprocess.run(argv, check=check, capture_output=True, text=True)
@@ -202,8 +205,17 @@ def seed(root, big_mb=240, small=3000, rng=None):
         f.write(bytes(3 << 20))
     odd = root / "odd names"
     odd.mkdir()
-    for name in ("with space", "new\nline", "tab\there", "ünï©ødé-名前", "-leading-dash",
-                 "back\\slash", "quote'\"", "star*?[x]", " trailing "):
+    for name in (
+        "with space",
+        "new\nline",
+        "tab\there",
+        "ünï©ødé-名前",
+        "-leading-dash",
+        "back\\slash",
+        "quote'\"",
+        "star*?[x]",
+        " trailing ",
+    ):
         (odd / name).write_text(name)
     (odd / b"latin1-\xe9".decode("utf-8", "surrogateescape")).write_text("raw byte name")
     hl = root / "links"
@@ -256,13 +268,29 @@ def checksum_list(root, exclude_top=(JOURNAL,)):
                 digest = h.hexdigest()
             if stat.S_ISLNK(st.st_mode):
                 link = os.readlink(path)
-            xattrs = tuple(sorted(
-                (n, os.getxattr(path, n, follow_symlinks=False))
-                for n in os.listxattr(path, follow_symlinks=False) if not n.startswith("trusted.SGI_ACL")))
+            xattrs = tuple(
+                sorted(
+                    (n, os.getxattr(path, n, follow_symlinks=False))
+                    for n in os.listxattr(path, follow_symlinks=False)
+                    if not n.startswith("trusted.SGI_ACL")
+                )
+            )
             mtime = None if stat.S_ISDIR(st.st_mode) and rel == "." else st.st_mtime_ns
-            rows.append((rel, stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid,
-                         st.st_size if not stat.S_ISDIR(st.st_mode) else None, mtime, digest, link,
-                         st.st_rdev if stat.S_ISCHR(st.st_mode) else None, xattrs))
+            rows.append(
+                (
+                    rel,
+                    stat.S_IFMT(st.st_mode),
+                    stat.S_IMODE(st.st_mode),
+                    st.st_uid,
+                    st.st_gid,
+                    st.st_size if not stat.S_ISDIR(st.st_mode) else None,
+                    mtime,
+                    digest,
+                    link,
+                    st.st_rdev if stat.S_ISCHR(st.st_mode) else None,
+                    xattrs,
+                )
+            )
             if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
                 inodes.setdefault(st.st_ino, []).append(rel)
     groups = sorted(sorted(v) for v in inodes.values() if len(v) > 1)
@@ -270,12 +298,14 @@ def checksum_list(root, exclude_top=(JOURNAL,)):
 
 
 def playbook(s, tmp, check=False, diff=False, **args):
-    params = dict(src=str(s.src), device=s.device, staging=str(s.staging), fstab=str(s.fstab),
-                  state_dir=str(s.state_dir))
+    params = dict(
+        src=str(s.src), device=s.device, staging=str(s.staging), fstab=str(s.fstab), state_dir=str(s.state_dir)
+    )
     params.update(args)
     params = {k: v for k, v in params.items() if v is not None}
     pb = Path(tmp) / "carry.yml"
-    pb.write_text(textwrap.dedent("""\
+    pb.write_text(
+        textwrap.dedent("""\
         - name: Carry over (test)
           hosts: localhost
           connection: local
@@ -284,7 +314,9 @@ def playbook(s, tmp, check=False, diff=False, **args):
             - name: Carry
               carry_over: %s
               register: carried
-        """) % json.dumps(params))
+        """)
+        % json.dumps(params)
+    )
     argv = [str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-e", "ansible_python_interpreter=/usr/bin/python3", str(pb)]
     if check:
         argv.append("--check")
@@ -295,14 +327,17 @@ def playbook(s, tmp, check=False, diff=False, **args):
 
 def env():
     e = dict(os.environ)
-    e.update(ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-             ANSIBLE_LOCALHOST_WARNING="False")
+    e.update(
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+        ANSIBLE_LOCALHOST_WARNING="False",
+    )
     return e
 
 
 def task_result(stdout):
     # profile_tasks/timer (ansible.cfg) print after the JSON document
-    data, _ = json.JSONDecoder().raw_decode(stdout[stdout.index("{"):])
+    data, _ = json.JSONDecoder().raw_decode(stdout[stdout.index("{") :])
     return data["plays"][0]["tasks"][0]["hosts"]["localhost"]
 
 
@@ -311,8 +346,10 @@ def run(argv):
     try:
         return p.returncode, task_result(p.stdout)
     except (ValueError, KeyError, IndexError):
-        raise AssertionError("ansible-playbook output not understood (rc=%d):\n%s\n%s"
-                             % (p.returncode, p.stdout[-3000:], p.stderr[-3000:]))
+        raise AssertionError(
+            "ansible-playbook output not understood (rc=%d):\n%s\n%s"
+            % (p.returncode, p.stdout[-3000:], p.stderr[-3000:])
+        )
 
 
 def journal_phase(s):
@@ -358,6 +395,7 @@ def read_bytes(pid):
 
 # Fault points: (name, what is killed, predicate on observable state) ------------------
 
+
 def _during_copy(s, ctx):
     return journal_phase(s) == "copying" and pids_with_arg(str(s.staging) + "/", name="rsync")
 
@@ -399,8 +437,9 @@ FAULTS = [
 def run_and_kill(argv, s, victim, predicate, deadline=300):
     """Start ansible-playbook; SIGKILL the victim when predicate holds. Returns what was
     observed at the kill (phase, mounted) or None if the run ended first."""
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        argv, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
     ctx = {}
     end = time.time() + deadline
     try:
@@ -445,6 +484,7 @@ def assert_carried(s, before):
 
 
 # ----------------------------------------------------------------------------- tests
+
 
 def test_carry_check_mode_then_real_then_idempotent(scratch, tmp_path):
     s = scratch
@@ -522,6 +562,7 @@ def test_dest_mode_sigkill_then_rerun(scratch, tmp_path, point, victim):
 
 # ---- refusals: clear message, nothing changed -----------------------------------------
 
+
 def _snapshot(s):
     mine = [m for m in mountinfo() if m.startswith(str(s.base))]
     return (mine, s.fstab.read_text(), sh("blkid", "-p", "-o", "export", s.device, check=False).stdout)
@@ -583,8 +624,9 @@ def test_refuses_conflicting_fstab_entry(scratch, tmp_path):
 def test_refuses_writers_below_src(scratch, tmp_path):
     s = scratch
     seed(s.src, big_mb=4, small=10)
-    writer = subprocess.Popen([sys.executable, "-c",
-                               "import time; f=open(%r,'a'); time.sleep(120)" % str(s.src / "open-log")])
+    writer = subprocess.Popen(
+        [sys.executable, "-c", "import time; f=open(%r,'a'); time.sleep(120)" % str(s.src / "open-log")]
+    )
     try:
         time.sleep(0.5)
         _refused(s, tmp_path, ["open for writing", "pid %d" % writer.pid])

@@ -123,8 +123,15 @@ def test_peers_bound_one_then_rerun_transfers_nothing(restore):
 
 def test_dead_source_no_fallback_fails_then_next_run_resumes(restore):
     remove_model_files()
-    proc = run_model("-e", "model_peer_rate_limit=4000", "-e", json.dumps({"model_peer_fallback_to_origin": False}),
-                     "-e", "model_peer_timeout=5", background=True)
+    proc = run_model(
+        "-e",
+        "model_peer_rate_limit=4000",
+        "-e",
+        json.dumps({"model_peer_fallback_to_origin": False}),
+        "-e",
+        "model_peer_timeout=5",
+        background=True,
+    )
     try:
         for index in PULLERS:
             wait_partial(index, 8000)
@@ -165,8 +172,10 @@ def test_dead_source_falls_back_to_the_bundle(restore):
     assert proc.returncode == 0, json.dumps(run["stats"])
     told = results(run, "Every peer source failed")
     assert sorted(told) == ["kf-node-2", "kf-node-3"]
-    assert all("kf-node-1 (http://172.31.250.11:8478/" in r["msg"] and "Falling back to the origin" in r["msg"]
-               for r in told.values())
+    assert all(
+        "kf-node-1 (http://172.31.250.11:8478/" in r["msg"] and "Falling back to the origin" in r["msg"]
+        for r in told.values()
+    )
     copied = results(run, "Copy the files from the controller's bundle")
     assert sorted(copied) == ["kf-node-2", "kf-node-3"]
     assert_all_verified()
@@ -178,6 +187,7 @@ def wait_closed(index, path, timeout=180):
     """Until no process of sim host ``index`` has ``path`` open (its /proc, read through
     the sim engine, which works while the host's SSH is refused)."""
     from kunlun_fleet.sim import config, engine
+
     probe = "ls -l /proc/[0-9]*/fd 2>/dev/null | grep -c -F -- %s || true" % path
     deadline = time.monotonic() + timeout
     while True:
@@ -208,7 +218,9 @@ def test_host_unreachable_mid_distribution_others_finish_next_run_resumes(restor
         assert proc.returncode != 0
         # the report names the host; the other one finished from the peer, verified
         assert run["stats"]["kf-node-3"]["unreachable"] >= 1, run["stats"]
-        assert run["stats"]["kf-node-2"]["unreachable"] == 0 and run["stats"]["kf-node-2"]["failures"] == 0, run["stats"]
+        assert run["stats"]["kf-node-2"]["unreachable"] == 0 and run["stats"]["kf-node-2"]["failures"] == 0, run[
+            "stats"
+        ]
         fetched = results(run, "Fetch the missing files")
         assert len(fetched["kf-node-2"]["fetched"]) == 7 and fetched["kf-node-2"]["failures"] == []
         out2 = ssh(2, "cd %s && sha256sum --check --strict ../%s.sha256" % (MODEL, DIRNAME)).stdout
@@ -223,6 +235,7 @@ def test_host_unreachable_mid_distribution_others_finish_next_run_resumes(restor
         if cut:
             _cut_off(3, False)
         from kunlun_fleet.sim import fleet
+
         fleet.drop_control_masters([3])
     # nothing half-written in place on the cut host; its partial file is kept
     assert ssh(3, "test -e %s/%s" % (MODEL, BIG), check=False).returncode != 0

@@ -15,13 +15,27 @@ pytestmark = pytest.mark.molecule
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_scenario(sim_fleet, scenario):
-    env = dict(os.environ, PATH="%s:%s" % (ROOT / ".venv/bin", os.environ.get("PATH", "")),
-               ANSIBLE_FORCE_COLOR="0", NO_COLOR="1", PY_COLORS="0")
-    proc = subprocess.run([str(ROOT / ".venv/bin/molecule"), "test", "-s", scenario], cwd=ROOT, env=env,
-                          text=True, capture_output=True, timeout=1800)
+    env = dict(
+        os.environ,
+        PATH="%s:%s" % (ROOT / ".venv/bin", os.environ.get("PATH", "")),
+        ANSIBLE_FORCE_COLOR="0",
+        NO_COLOR="1",
+        PY_COLORS="0",
+    )
+    proc = subprocess.run(
+        [str(ROOT / ".venv/bin/molecule"), "test", "-s", scenario],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=1800,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, "molecule scenario %s failed:\n%s\n--- the output's end:\n%s" % (
-        scenario, failures(out), out[-6000:])
+        scenario,
+        failures(out),
+        out[-6000:],
+    )
 
 
 def failures(out):
@@ -33,12 +47,12 @@ def failures(out):
     for i, line in enumerate(lines):
         if line.startswith("TASK ["):
             task = line.rstrip("* ")
-        elif re.match(r"(fatal|failed): \[", line) and not ignored(lines[i + 1:]):
+        elif re.match(r"(fatal|failed): \[", line) and not ignored(lines[i + 1 :]):
             found += [task, line[:1500]]
         elif ("CRITICAL" in line and "glob failed" not in line) or "ERROR]" in line:
             # Idempotence names the tasks that changed on the lines after it. (Every run
             # says it found no molecule/default: that one is not a failure.)
-            found += [line[:1500]] + [l[:300] for l in lines[i + 1:i + 8] if l.lstrip().startswith("*")]
+            found += [line[:1500]] + [l[:300] for l in lines[i + 1 : i + 8] if l.lstrip().startswith("*")]
     return "\n".join(found[-20:]) or "(no failed task in the output)"
 
 
@@ -46,7 +60,9 @@ def ignored(rest):
     """Whether the failure whose result these lines continue was ignored: Ansible prints
     "...ignoring" after the result, which may span many lines (YAML), before the next task."""
     for line in rest:
-        if line.startswith(("TASK [", "PLAY ", "RUNNING HANDLER [")) or re.match(r"(fatal|failed|ok|changed): \[", line):
+        if line.startswith(("TASK [", "PLAY ", "RUNNING HANDLER [")) or re.match(
+            r"(fatal|failed|ok|changed): \[", line
+        ):
             return False
         if line.strip() == "...ignoring":
             return True

@@ -34,8 +34,10 @@ FAULTS = "/etc/kunlun-kit/faults"
 # unit tests of the rules, tests/unit/test_monitoring_rules.py). Here only the order of
 # events: an alert fires once its condition has held for its window, never before.
 SIM_VARS = yaml.safe_load((Path(REPO) / "inventories/sim/group_vars/all/sim.yml").read_text())
-FOR_S = {"KunlunServingHostDown": SIM_VARS["monitoring_alert_serving_down_for"],
-         "KunlunXpuDeviceError": SIM_VARS["monitoring_alert_xpu_error_for"]}
+FOR_S = {
+    "KunlunServingHostDown": SIM_VARS["monitoring_alert_serving_down_for"],
+    "KunlunXpuDeviceError": SIM_VARS["monitoring_alert_xpu_error_for"],
+}
 FOR_S = {name: int(text[:-1]) * {"s": 1, "m": 60}[text[-1]] for name, text in FOR_S.items()}
 # How long to wait for them at most (a timeout, not a figure: scrapes, evaluations and the
 # exporter run every 15 s; a busy machine stretches each).
@@ -57,8 +59,14 @@ def firing(name):
 @pytest.fixture(scope="module")
 def monitored(sim_fleet):
     """The stage run on the fleet as the e2e left it (a re-run: nothing to change there)."""
-    proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", INVENTORY, "playbooks/monitoring.yml"],
-                          cwd=REPO, env=_env(), capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [os.path.join(VENV_BIN, "ansible-playbook"), "-i", INVENTORY, "playbooks/monitoring.yml"],
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
 
 
@@ -66,8 +74,11 @@ def test_every_target_is_up(monitored):
     deadline = time.monotonic() + 60
     while True:
         targets = api("/api/v1/targets")["activeTargets"]
-        down = [(t["labels"]["job"], t["labels"].get("host"), t["health"], t.get("lastError")) for t in targets
-                if t["health"] != "up"]
+        down = [
+            (t["labels"]["job"], t["labels"].get("host"), t["health"], t.get("lastError"))
+            for t in targets
+            if t["health"] != "up"
+        ]
         if not down or time.monotonic() > deadline:
             break
         time.sleep(3)
@@ -90,7 +101,10 @@ def test_every_dashboard_query_returns_data_and_every_alert_evaluates(monitored)
     # the accelerator exporter's per-device series, for each serving host's 8 devices
     devices = api("/api/v1/query", query="count by (host) (kunlun_xpu_up == 1)")["result"]
     assert {r["metric"]["host"]: r["value"][1] for r in devices} == {
-        "kf-node-1": "8", "kf-node-2": "8", "kf-node-3": "8"}, devices
+        "kf-node-1": "8",
+        "kf-node-2": "8",
+        "kf-node-3": "8",
+    }, devices
 
 
 def test_a_stopped_server_and_a_device_in_error_raise_their_alerts(monitored):
@@ -100,6 +114,7 @@ def test_a_stopped_server_and_a_device_in_error_raise_their_alerts(monitored):
     started = time.monotonic()
     seen = {}
     try:
+
         def wait(name, host):
             while time.monotonic() - started < WAIT_S:
                 alerts = [a for a in firing(name) if a["labels"].get("host") == host]
@@ -107,15 +122,24 @@ def test_a_stopped_server_and_a_device_in_error_raise_their_alerts(monitored):
                     seen[name] = (time.monotonic() - started, alerts[0])
                     return
                 time.sleep(2)
-        waits = [threading.Thread(target=wait, args=("KunlunServingHostDown", "kf-node-3")),
-                 threading.Thread(target=wait, args=("KunlunXpuDeviceError", "kf-node-2"))]
+
+        waits = [
+            threading.Thread(target=wait, args=("KunlunServingHostDown", "kf-node-3")),
+            threading.Thread(target=wait, args=("KunlunXpuDeviceError", "kf-node-2")),
+        ]
         for t in waits:
             t.start()
         for t in waits:
             t.join()
         # `kunlun-fleet status` shows them, with the stopped host unhealthy (exit 2)
-        proc = subprocess.run([os.path.join(VENV_BIN, "kunlun-fleet"), "status", "-i", INVENTORY],
-                              cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [os.path.join(VENV_BIN, "kunlun-fleet"), "status", "-i", INVENTORY],
+            cwd=REPO,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         shown = proc.stdout
     finally:
         ssh(2, "mv %s.before-test %s" % (FAULTS, FAULTS))

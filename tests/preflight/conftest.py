@@ -35,8 +35,11 @@ class Inventory:
 
     def local_connection(self):
         """Every host reached as the controller itself: host checks read this machine only."""
-        self.update("group_vars/all/connection.yml", ansible_connection="local",
-                    ansible_python_interpreter=str(ROOT / ".venv/bin/python"))
+        self.update(
+            "group_vars/all/connection.yml",
+            ansible_connection="local",
+            ansible_python_interpreter=str(ROOT / ".venv/bin/python"),
+        )
         # The example's bundle path does not exist here; these tests are about the hosts.
         self.update("group_vars/all/stack.yml", kunlun_stack_bundle_dir="")
 
@@ -56,12 +59,27 @@ def inventory(tmp_path):
 @pytest.fixture
 def run_preflight(tmp_path):
     def run(inventory, *extra):
-        env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-                   ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path / "facts"),
-                   ANSIBLE_FORCE_COLOR="0")
+        env = dict(
+            os.environ,
+            ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+            ANSIBLE_NOCOLOR="1",
+            ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path / "facts"),
+            ANSIBLE_FORCE_COLOR="0",
+        )
         proc = subprocess.run(
-            [str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(inventory.path),
-             str(ROOT / "playbooks/preflight.yml"), *extra],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+            [
+                str(ROOT / ".venv/bin/ansible-playbook"),
+                "-i",
+                str(inventory.path),
+                str(ROOT / "playbooks/preflight.yml"),
+                *extra,
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         return proc.returncode, proc.stdout + proc.stderr
+
     return run

@@ -26,9 +26,13 @@ def assert_refused_before_hosts(rc, out, *needles):
 
 
 def test_known_bad_pin_combination(inventory, run_preflight):
-    inventory.update("group_vars/all/stack.yml", kunlun_stack_components={
-        **inventory_components(), "vllm_kunlun": {"version": "0.25.1.dev0", "commit": "2fda97b",
-                                                  "source": "vllm-kunlun"}})
+    inventory.update(
+        "group_vars/all/stack.yml",
+        kunlun_stack_components={
+            **inventory_components(),
+            "vllm_kunlun": {"version": "0.25.1.dev0", "commit": "2fda97b", "source": "vllm-kunlun"},
+        },
+    )
     rc, out = run_preflight(inventory)
     assert_refused_before_hosts(rc, out, "known-bad combination", "2fda97b", "Fix:")
 
@@ -49,12 +53,15 @@ def test_unvalidated_pin_refused_unless_allowed(inventory, run_preflight):
     assert_refused_before_hosts(rc, out, "pin triton", "3.0.0+b2cde523")
 
 
-@pytest.mark.parametrize("change, needles", [
-    ({"gpu_memory_utilization": 0.9}, ["gpu_memory_utilization", "0.9 with max_num_seqs 256", "at most 0.8"]),
-    ({"max_model_len": 1048576}, ["max_model_len", "1048576", "at most 262144"]),
-    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, ["rope_scaling", "YaRN"]),
-    ({"tensor_parallel_size": 16}, ["tensor_parallel_size", "16 does not divide the 8 accelerators"]),
-])
+@pytest.mark.parametrize(
+    "change, needles",
+    [
+        ({"gpu_memory_utilization": 0.9}, ["gpu_memory_utilization", "0.9 with max_num_seqs 256", "at most 0.8"]),
+        ({"max_model_len": 1048576}, ["max_model_len", "1048576", "at most 262144"]),
+        ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, ["rope_scaling", "YaRN"]),
+        ({"tensor_parallel_size": 16}, ["tensor_parallel_size", "16 does not divide the 8 accelerators"]),
+    ],
+)
 def test_serving_rules(inventory, run_preflight, change, needles):
     serving = dict(stack_defaults_serving(), **change)
     inventory.update("group_vars/all/stack.yml", kunlun_stack_serving=serving)
@@ -107,7 +114,10 @@ def test_host_variable_secrets_are_never_printed(inventory, run_preflight, tmp_p
     registry = "Registry-Secret-9a7b3d"
     vaulted = subprocess.run(
         [str(ROOT / ".venv/bin/ansible-vault"), "encrypt_string", "--name", "ansible_become_password", become],
-        capture_output=True, text=True, check=True).stdout
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     (inventory.path / "group_vars/all/become.yml").write_text("---\n" + vaulted)
     inventory.update("host_vars/p800-a01.yml", image_registry_password=registry)
     inventory.update("group_vars/all/stack.yml", kunlun_stack_devce_count=8)
@@ -128,15 +138,17 @@ def test_two_hosts_one_address(inventory, run_preflight):
 def test_boolean_given_as_string(inventory, run_preflight):
     inventory.update("group_vars/all/stack.yml", kunlun_stack_allow_unvalidated="false")
     rc, out = run_preflight(inventory)
-    assert_refused_before_hosts(rc, out, "kunlun_stack_allow_unvalidated is the string 'false'",
-                                "write false without quotes")
+    assert_refused_before_hosts(
+        rc, out, "kunlun_stack_allow_unvalidated is the string 'false'", "write false without quotes"
+    )
 
 
 def test_misspelled_variable(inventory, run_preflight):
     inventory.update("group_vars/all/stack.yml", kunlun_stack_devce_count=8)
     rc, out = run_preflight(inventory)
-    assert_refused_before_hosts(rc, out, "unknown variable kunlun_stack_devce_count",
-                                "did you mean kunlun_stack_device_count")
+    assert_refused_before_hosts(
+        rc, out, "unknown variable kunlun_stack_devce_count", "did you mean kunlun_stack_device_count"
+    )
 
 
 def test_facts_of_an_earlier_run_are_not_unknown_variables(inventory, run_preflight, tmp_path):
@@ -144,12 +156,22 @@ def test_facts_of_an_earlier_run_are_not_unknown_variables(inventory, run_prefli
     are no inventory variable, so no 'declared by no role' warning names them, while a
     variable really unknown still gets one."""
     pb = tmp_path / "facts.yml"
-    pb.write_text("- hosts: p800-a01\n  gather_facts: false\n  tasks:\n"
-                  "    - ansible.builtin.set_fact:\n        xpu_processes: []\n        xpu_smi_path: /usr/local/bin/xpu-smi\n"
-                  "        cacheable: true\n")
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path / "facts"))
-    cached = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(inventory.path), str(pb)],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    pb.write_text(
+        "- hosts: p800-a01\n  gather_facts: false\n  tasks:\n"
+        "    - ansible.builtin.set_fact:\n        xpu_processes: []\n        xpu_smi_path: /usr/local/bin/xpu-smi\n"
+        "        cacheable: true\n"
+    )
+    env = dict(
+        os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path / "facts")
+    )
+    cached = subprocess.run(
+        [str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(inventory.path), str(pb)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert cached.returncode == 0, cached.stdout + cached.stderr
     inventory.update("host_vars/p800-a01.yml", site_rack_label="r7")
     rc, out = run_preflight(inventory)
@@ -175,8 +197,16 @@ def driver_bundle(tmp_path, digest, installer=None, index=True):
         (bundle / DRIVER).write_text(installer)
     (bundle / "MANIFEST.sha256").write_text("%s  %s\n" % (digest, DRIVER))
     if index:
-        (bundle / "bundle.yml").write_text(yaml.safe_dump({"format": 1, "artifacts": {"driver": {
-            "path": DRIVER, "installer": "xre", "version": "5.0.21.26", "sha256": digest}}}))
+        (bundle / "bundle.yml").write_text(
+            yaml.safe_dump(
+                {
+                    "format": 1,
+                    "artifacts": {
+                        "driver": {"path": DRIVER, "installer": "xre", "version": "5.0.21.26", "sha256": digest}
+                    },
+                }
+            )
+        )
     return bundle
 
 
@@ -190,7 +220,9 @@ def test_bundle_checksum_mismatch(inventory, run_preflight, tmp_path):
     bundle = driver_bundle(tmp_path, "1" * 64, installer="not the installer\n")
     inventory.update("group_vars/all/stack.yml", kunlun_stack_bundle_dir=str(bundle))
     rc, out = run_preflight(inventory)
-    assert_refused_before_hosts(rc, out, "drivers/xre-Linux-x86_64-5.0.21.26.run: checksum mismatch: sha256", "the manifest says 1111")
+    assert_refused_before_hosts(
+        rc, out, "drivers/xre-Linux-x86_64-5.0.21.26.run: checksum mismatch: sha256", "the manifest says 1111"
+    )
 
 
 def test_bundle_without_its_index_is_refused_with_the_fix(inventory, run_preflight, tmp_path):
@@ -200,8 +232,12 @@ def test_bundle_without_its_index_is_refused_with_the_fix(inventory, run_preflig
     bundle = driver_bundle(tmp_path, digest, installer=installer, index=False)
     inventory.update("group_vars/all/stack.yml", kunlun_stack_bundle_dir=str(bundle))
     rc, out = run_preflight(inventory)
-    assert_refused_before_hosts(rc, out, "bundle.yml: missing from %s" % bundle,
-                                "Fix: build the bundle again: kunlun-fleet bundle build %s --vendor VDIR" % bundle)
+    assert_refused_before_hosts(
+        rc,
+        out,
+        "bundle.yml: missing from %s" % bundle,
+        "Fix: build the bundle again: kunlun-fleet bundle build %s --vendor VDIR" % bundle,
+    )
 
 
 def test_ansible_version_range(inventory, run_preflight):
@@ -216,6 +252,7 @@ def inventory_components():
     from pathlib import Path
 
     import yaml
+
     root = Path(__file__).resolve().parents[2]
     data = yaml.safe_load((root / "roles/kunlun_stack/defaults/main.yml").read_text())
     return copy.deepcopy(data["kunlun_stack_components"])
@@ -225,5 +262,6 @@ def stack_defaults_serving():
     from pathlib import Path
 
     import yaml
+
     root = Path(__file__).resolve().parents[2]
     return dict(yaml.safe_load((root / "roles/kunlun_stack/defaults/main.yml").read_text())["kunlun_stack_serving"])

@@ -10,8 +10,10 @@ import subprocess
 
 import pytest
 
-pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("losetup"), reason="needs root and losetup")]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("losetup"), reason="needs root and losetup"),
+]
 
 
 @pytest.fixture
@@ -19,8 +21,9 @@ def loop_disk(tmp_path):
     """A 2 GiB sparse loop device; yields its path and detaches it afterwards."""
     backing = tmp_path / "disk.img"
     subprocess.run(["truncate", "-s", "2G", str(backing)], check=True)
-    dev = subprocess.run(["losetup", "--find", "--show", str(backing)], check=True,
-                         capture_output=True, text=True).stdout.strip()
+    dev = subprocess.run(
+        ["losetup", "--find", "--show", str(backing)], check=True, capture_output=True, text=True
+    ).stdout.strip()
     yield dev
     subprocess.run(["losetup", "-d", dev], check=False)
 
@@ -73,12 +76,15 @@ def test_empty_disk_is_reported_empty(inventory, run_preflight, loop_disk):
     assert "%s: empty" % loop_disk in out, out[-3000:]
 
 
-@pytest.mark.parametrize("setting, needle", [
-    ({"preflight_supported_os": {"Ubuntu": ["22.04"]}}, "kunlun-fleet supports"),
-    ({"preflight_min_python": "3.99"}, "the modules need 3.99 or newer"),
-    ({"preflight_min_root_free_gib": 10000000}, "10000000 GiB are needed"),
-    ({"storage_min_size_gib": 100000}, "at least 100000 GiB are needed; nothing was changed. Fix: add disks"),
-])
+@pytest.mark.parametrize(
+    "setting, needle",
+    [
+        ({"preflight_supported_os": {"Ubuntu": ["22.04"]}}, "kunlun-fleet supports"),
+        ({"preflight_min_python": "3.99"}, "the modules need 3.99 or newer"),
+        ({"preflight_min_root_free_gib": 10000000}, "10000000 GiB are needed"),
+        ({"storage_min_size_gib": 100000}, "at least 100000 GiB are needed; nothing was changed. Fix: add disks"),
+    ],
+)
 def test_host_limits(inventory, run_preflight, loop_disk, setting, needle):
     inventory.local_connection()
     point_disks(inventory, [loop_disk])
@@ -86,4 +92,3 @@ def test_host_limits(inventory, run_preflight, loop_disk, setting, needle):
     rc, out = run_preflight(inventory, "--limit", "p800-a01")
     assert rc != 0
     assert needle in out, out[-3000:]
-

@@ -17,9 +17,14 @@ pytestmark = pytest.mark.sim
 
 def preflight(*extra):
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0")
-    proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", INVENTORY,
-                           "playbooks/preflight.yml", "--limit", HOST, *extra], cwd=ROOT, env=env, text=True,
-                          capture_output=True, timeout=900)
+    proc = subprocess.run(
+        [str(ROOT / ".venv/bin/ansible-playbook"), "-i", INVENTORY, "playbooks/preflight.yml", "--limit", HOST, *extra],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=900,
+    )
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -72,8 +77,13 @@ def test_a_card_in_the_low_power_mode_is_refused_or_warned_about(fresh_host):
     rc, out = preflight("-e", '{"kunlun_stack_require_full_power": false}')
     text = said(out)
     assert rc == 0, out[-4000:]
-    assert re.search(r"WARNING %s: 1 of 8 cards is capped below the full 400 W: device 3 \(serial %s\) at 120 W\."
-                     % (HOST, SERIAL % 13), text), out[-4000:]
-    assert ("set the card's power limit back to 400 W with the vendor's tool (xpu-smi) and re-run. "
-            "kunlun_stack_require_full_power is false, so the run goes on at reduced throughput.") in text
+    assert re.search(
+        r"WARNING %s: 1 of 8 cards is capped below the full 400 W: device 3 \(serial %s\) at 120 W\."
+        % (HOST, SERIAL % 13),
+        text,
+    ), out[-4000:]
+    assert (
+        "set the card's power limit back to 400 W with the vendor's tool (xpu-smi) and re-run. "
+        "kunlun_stack_require_full_power is false, so the run goes on at reduced throughput."
+    ) in text
     assert "changed=0" in out

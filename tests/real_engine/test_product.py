@@ -37,22 +37,43 @@ def run_play(tmp: Path, plays, extra_path=None, timeout=600):
     json callback's document, and the output (for failures)."""
     book = tmp / "play.json"
     book.write_text(json.dumps(plays))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", ANSIBLE_CALLBACKS_ENABLED="ansible.posix.json",
-               ANSIBLE_LOCAL_TEMP=str(tmp / "ansible-tmp"),
-               # Mitogen starts the local interpreter within the connection timeout (10 s by
-               # default); beside a decoding engine on a busy 2-core machine it once took longer.
-               ANSIBLE_TIMEOUT="60")
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+        ANSIBLE_CALLBACKS_ENABLED="ansible.posix.json",
+        ANSIBLE_LOCAL_TEMP=str(tmp / "ansible-tmp"),
+        # Mitogen starts the local interpreter within the connection timeout (10 s by
+        # default); beside a decoding engine on a busy 2-core machine it once took longer.
+        ANSIBLE_TIMEOUT="60",
+    )
     if extra_path:
         env["PATH"] = "%s:%s" % (extra_path, env["PATH"])
-    proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", "localhost,", "-c", "local",
-                           "-e", "ansible_python_interpreter=%s" % (ROOT / ".venv/bin/python"), str(book)],
-                          cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [
+            str(ROOT / ".venv/bin/ansible-playbook"),
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            "ansible_python_interpreter=%s" % (ROOT / ".venv/bin/python"),
+            str(book),
+        ],
+        cwd=str(ROOT),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     try:
         doc = json.loads(proc.stdout)
     except ValueError:
-        raise AssertionError("no json from ansible-playbook (rc %s):\n%s\n%s" % (
-            proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:]))
+        raise AssertionError(
+            "no json from ansible-playbook (rc %s):\n%s\n%s"
+            % (proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:])
+        )
     return doc, proc
 
 
@@ -78,9 +99,11 @@ def systemctl_stub(tmp: Path) -> Path:
     bin_dir = tmp / "bin"
     bin_dir.mkdir(exist_ok=True)
     stub = bin_dir / "systemctl"
-    stub.write_text("#!/bin/sh\n[ \"$1\" = show ] || exit 1\nprintf 'LoadState=loaded\\nActiveState=active\\n"
-                    "SubState=running\\nActiveEnterTimestamp=Wed 2026-12-02 10:00:00 UTC\\n"
-                    "ActiveEnterTimestampMonotonic=1000000\\n'\n")
+    stub.write_text(
+        '#!/bin/sh\n[ "$1" = show ] || exit 1\nprintf \'LoadState=loaded\\nActiveState=active\\n'
+        "SubState=running\\nActiveEnterTimestamp=Wed 2026-12-02 10:00:00 UTC\\n"
+        "ActiveEnterTimestampMonotonic=1000000\\n'\n"
+    )
     stub.chmod(0o755)
     return bin_dir
 
@@ -89,24 +112,54 @@ def engine_plays(srv, tmp: Path, readiness):
     unit = tmp / "kunlun-serve.service"
     unit.write_text(srv.rendered.unit)
     port = srv.port
-    status = {"name": "host_status", "host_status": {
-        "unit_file": str(unit), "config_dir": str(tmp / "kunlun-serve"), "facts_file": str(tmp / "xpu.fact"),
-        "mount_point": str(tmp), "image": "kunlun-serving:current", "command_timeout": 5}}
-    play = {"name": "engine-facing", "hosts": "localhost", "gather_facts": False,
-            "vars": {"serve_args": {"port": port}, "serve_running": True, "serve_drain": True,
-                     "serve_drain_timeout": 2},
-            "tasks": [status] + drain_tasks()}
+    status = {
+        "name": "host_status",
+        "host_status": {
+            "unit_file": str(unit),
+            "config_dir": str(tmp / "kunlun-serve"),
+            "facts_file": str(tmp / "xpu.fact"),
+            "mount_point": str(tmp),
+            "image": "kunlun-serving:current",
+            "command_timeout": 5,
+        },
+    }
+    play = {
+        "name": "engine-facing",
+        "hosts": "localhost",
+        "gather_facts": False,
+        "vars": {"serve_args": {"port": port}, "serve_running": True, "serve_drain": True, "serve_drain_timeout": 2},
+        "tasks": [status] + drain_tasks(),
+    }
     plays = [play]
     if readiness:
-        play["tasks"].append({"name": "serving_ready", "serving_ready": {
-            "url": srv.base, "served_model_name": srv.rendered.served_name, "api_key": srv.api_key,
-            "timeout": 60, "interval": 1}})
-        plays.append({"name": "acceptance", "hosts": "localhost", "gather_facts": False,
-                      "roles": [{"role": "acceptance"}],
-                      "vars": {"acceptance_host_url": srv.base, "acceptance_api_key": srv.api_key,
-                               "acceptance_served_model_name": srv.rendered.served_name,
-                               "acceptance_gateway_url": "", "acceptance_fail_on_miss": False,
-                               "acceptance_report_dir": str(tmp / "report")}})
+        play["tasks"].append(
+            {
+                "name": "serving_ready",
+                "serving_ready": {
+                    "url": srv.base,
+                    "served_model_name": srv.rendered.served_name,
+                    "api_key": srv.api_key,
+                    "timeout": 60,
+                    "interval": 1,
+                },
+            }
+        )
+        plays.append(
+            {
+                "name": "acceptance",
+                "hosts": "localhost",
+                "gather_facts": False,
+                "roles": [{"role": "acceptance"}],
+                "vars": {
+                    "acceptance_host_url": srv.base,
+                    "acceptance_api_key": srv.api_key,
+                    "acceptance_served_model_name": srv.rendered.served_name,
+                    "acceptance_gateway_url": "",
+                    "acceptance_fail_on_miss": False,
+                    "acceptance_report_dir": str(tmp / "report"),
+                },
+            }
+        )
     return plays
 
 
@@ -122,8 +175,9 @@ def test_readiness_drain_status_and_acceptance(which, servers, clients, tmp_path
             assert time.monotonic() < deadline, "the held request never ran"
             time.sleep(0.2)
         (tmp_path / "busy").mkdir()
-        busy_doc, busy_proc = run_play(tmp_path / "busy", engine_plays(srv, tmp_path / "busy", readiness=False),
-                                       bin_dir)
+        busy_doc, busy_proc = run_play(
+            tmp_path / "busy", engine_plays(srv, tmp_path / "busy", readiness=False), bin_dir
+        )
     finally:
         held.close()
     contract.wait_idle(client)
@@ -158,7 +212,8 @@ def test_readiness_drain_status_and_acceptance(which, servers, clients, tmp_path
     lines = (tmp_path / "idle" / "report" / "acceptance.txt").read_text().splitlines()
     assert len(lines) == 1 and re.fullmatch(
         r"(PASS|FAIL) localhost: single stream \d+\.\d tok/s \(target 30\), first token \d+\.\d\d s, 128 tokens",
-        lines[0]), lines
+        lines[0],
+    ), lines
     figures = json.loads((tmp_path / "idle" / "report" / "acceptance.json").read_text())["hosts"]["localhost"]
     assert figures["ready"] is True and figures["completion_tokens"] == 128 and figures["tokens_per_s"] > 0, figures
 
@@ -172,13 +227,38 @@ def test_a_bench_point_against_the_real_engine_is_valid(servers, clients, tmp_pa
     srv = servers["real"]
     contract.wait_idle(clients["real"])
     requests, osl = 8, 16
-    doc, proc = run_play(tmp_path, [{"name": "bench point", "hosts": "localhost", "gather_facts": False, "tasks": [
-        {"name": "point", "bench_point": {
-            "aiperf": str(benchkit.AIPERF), "url": srv.base, "model": srv.rendered.served_name,
-            "tokenizer": str(srv.rendered.model_dir), "api_key": srv.api_key, "concurrency": 2,
-            "requests": requests, "isl": 64, "osl": osl, "timeout": 120, "workers": 1,
-            "metrics": [{"host": "real", "url": srv.base + "/metrics"}],
-            "artifact_dir": str(tmp_path / "point"), "label": "real-c2"}}]}], timeout=900)
+    doc, proc = run_play(
+        tmp_path,
+        [
+            {
+                "name": "bench point",
+                "hosts": "localhost",
+                "gather_facts": False,
+                "tasks": [
+                    {
+                        "name": "point",
+                        "bench_point": {
+                            "aiperf": str(benchkit.AIPERF),
+                            "url": srv.base,
+                            "model": srv.rendered.served_name,
+                            "tokenizer": str(srv.rendered.model_dir),
+                            "api_key": srv.api_key,
+                            "concurrency": 2,
+                            "requests": requests,
+                            "isl": 64,
+                            "osl": osl,
+                            "timeout": 120,
+                            "workers": 1,
+                            "metrics": [{"host": "real", "url": srv.base + "/metrics"}],
+                            "artifact_dir": str(tmp_path / "point"),
+                            "label": "real-c2",
+                        },
+                    }
+                ],
+            }
+        ],
+        timeout=900,
+    )
     r = results(doc)["point"]
     out = proc.stdout[-4000:] + proc.stderr[-2000:]
     assert srv.api_key not in proc.stdout + proc.stderr
@@ -187,7 +267,11 @@ def test_a_bench_point_against_the_real_engine_is_valid(servers, clients, tmp_pa
     assert (c["requests"], c["completed"], c["failed"]) == (requests, requests, 0), c
     assert r["server_output_tokens"] == requests * osl == c["usage_output_tokens"], r
     assert r["valid"] is True, "the point is marked invalid: %s (client %s, usage %s, servers %s)" % (
-        r.get("validity"), c.get("output_tokens"), c.get("usage_output_tokens"), r.get("server_output_tokens"))
+        r.get("validity"),
+        c.get("output_tokens"),
+        c.get("usage_output_tokens"),
+        r.get("server_output_tokens"),
+    )
 
 
 # ------------------------------------------------------------------ Prometheus
@@ -196,12 +280,21 @@ def prometheus_config(tmp: Path, srv, prom_port):
     one serving host (the real server) and this machine as the monitoring host; scrapes and
     evaluations every second, and TTFT p99 over a threshold no request stays under (1 ms),
     at once: the one alert a test can make fire against a real engine in seconds."""
-    inventory = monitoring.default_inventory(hosts=["localhost"], gateways=[], monitoring=["localhost"],
-                                             addresses={"localhost": engine.ADDRESS})
-    variables = monitoring.role_variables(dict(
-        inventory, kunlun_stack_serving=dict(engine.pins()["kunlun_stack_serving"], port=srv.port),
-        monitoring_rules_dir=str(tmp / "rules"), monitoring_port=prom_port, monitoring_listen_host=engine.ADDRESS,
-        monitoring_scrape_interval="1s", monitoring_scrape_timeout="1s", monitoring_evaluation_interval="1s"))
+    inventory = monitoring.default_inventory(
+        hosts=["localhost"], gateways=[], monitoring=["localhost"], addresses={"localhost": engine.ADDRESS}
+    )
+    variables = monitoring.role_variables(
+        dict(
+            inventory,
+            kunlun_stack_serving=dict(engine.pins()["kunlun_stack_serving"], port=srv.port),
+            monitoring_rules_dir=str(tmp / "rules"),
+            monitoring_port=prom_port,
+            monitoring_listen_host=engine.ADDRESS,
+            monitoring_scrape_interval="1s",
+            monitoring_scrape_timeout="1s",
+            monitoring_evaluation_interval="1s",
+        )
+    )
     config = monitoring.render(monitoring.CONFIG_TEMPLATE, variables)
     rules = monitoring.render_rules({"monitoring_alert_ttft_p99_seconds": 0.001, "monitoring_alert_ttft_for": "0s"})
     (tmp / "rules").mkdir()
@@ -219,8 +312,10 @@ def prom_query(base, expr):
 def test_prometheus_scrapes_the_real_engine_with_the_project_rules(servers, clients, tmp_path):
     prometheus = engine.prometheus_binary()
     if not prometheus:
-        pytest.skip("needs Prometheus's server binary: `make system-deps` (scripts/install-system-deps.sh "
-                    "takes it out of Debian's prometheus package)")
+        pytest.skip(
+            "needs Prometheus's server binary: `make system-deps` (scripts/install-system-deps.sh "
+            "takes it out of Debian's prometheus package)"
+        )
     srv = servers["real"]
     port = benchkit.free_port()
     config, rules = prometheus_config(tmp_path, srv, port)
@@ -228,11 +323,23 @@ def test_prometheus_scrapes_the_real_engine_with_the_project_rules(servers, clie
         proc = subprocess.run([promtool(), "check", kind, str(path)], capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stdout + proc.stderr
     log = open(tmp_path / "prometheus.log", "w")
-    prom = subprocess.Popen([prometheus, "--config.file", str(config), "--storage.tsdb.path", str(tmp_path / "data"),
-                             "--web.listen-address", "%s:%d" % (engine.ADDRESS, port)],
-                            stdout=log, stderr=subprocess.STDOUT, cwd=str(tmp_path))
+    prom = subprocess.Popen(
+        [
+            prometheus,
+            "--config.file",
+            str(config),
+            "--storage.tsdb.path",
+            str(tmp_path / "data"),
+            "--web.listen-address",
+            "%s:%d" % (engine.ADDRESS, port),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=str(tmp_path),
+    )
     base = "http://%s:%d" % (engine.ADDRESS, port)
     try:
+
         def wait(expr, what, budget=90):
             deadline = time.monotonic() + budget
             while time.monotonic() < deadline:
@@ -244,14 +351,20 @@ def test_prometheus_scrapes_the_real_engine_with_the_project_rules(servers, clie
                 except OSError:
                     pass
                 time.sleep(0.5)
-            raise AssertionError("%s within %s s: no result for %s\n%s" % (
-                what, budget, expr, (tmp_path / "prometheus.log").read_text()[-2000:]))
+            raise AssertionError(
+                "%s within %s s: no result for %s\n%s"
+                % (what, budget, expr, (tmp_path / "prometheus.log").read_text()[-2000:])
+            )
 
         wait('up{job="vllm", host="localhost"} == 1', "the real engine scraped")
         client = clients["real"]
         for _ in range(3):
-            assert client.post("/v1/completions", {"model": client.served, "prompt": "hello", "max_tokens": 4,
-                                                   "ignore_eos": True}).status == 200
+            assert (
+                client.post(
+                    "/v1/completions", {"model": client.served, "prompt": "hello", "max_tokens": 4, "ignore_eos": True}
+                ).status
+                == 200
+            )
         firing = wait('ALERTS{alertname="KunlunTtftP99High", alertstate="firing"}', "KunlunTtftP99High firing")
         assert firing[0]["metric"]["host"] == "localhost" and firing[0]["metric"]["severity"] == "warning", firing
         # Every alert and dashboard query runs on the real engine's series; those over vllm's

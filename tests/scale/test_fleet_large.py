@@ -50,8 +50,14 @@ def kunlun_fleet(args):
     # This fleet's own vault password (tests/conftest.py sets the shared fleet's for the session).
     env = {k: v for k, v in os.environ.items() if k != "ANSIBLE_VAULT_PASSWORD_FILE"}
     start = time.monotonic()
-    proc = subprocess.run([str(ROOT / ".venv/bin/kunlun-fleet"), *args[1:], "--plain"],
-                          cwd=ROOT, env=dict(env, ANSIBLE_NOCOLOR="1"), text=True, capture_output=True, timeout=2400)
+    proc = subprocess.run(
+        [str(ROOT / ".venv/bin/kunlun-fleet"), *args[1:], "--plain"],
+        cwd=ROOT,
+        env=dict(env, ANSIBLE_NOCOLOR="1"),
+        text=True,
+        capture_output=True,
+        timeout=2400,
+    )
     return time.monotonic() - start, proc.returncode, proc.stdout + proc.stderr
 
 
@@ -71,15 +77,18 @@ def fleet_memory_mib():
     """Resident memory of every host of this fleet (its container's memory cgroup: v1
     total_rss, or v2 anon), read from the cgroup files (the sim engine's `docker stats`
     shows 0 here)."""
-    ids = sim_engine.docker("ps", "--filter", "name=kf-sim-", "--format", "{{.Names}} {{.ID}}",
-                            "--no-trunc").stdout.split("\n")
+    ids = sim_engine.docker(
+        "ps", "--filter", "name=kf-sim-", "--format", "{{.Names}} {{.ID}}", "--no-trunc"
+    ).stdout.split("\n")
     used = {}
     for line in filter(None, ids):
         name, cid = line.split()
         if name not in {container_name(i) for i in INDEXES}:
             continue
-        for path, key in (("/sys/fs/cgroup/memory/docker/%s/memory.stat" % cid, "total_rss"),
-                          ("/sys/fs/cgroup/docker/%s/memory.stat" % cid, "anon")):
+        for path, key in (
+            ("/sys/fs/cgroup/memory/docker/%s/memory.stat" % cid, "total_rss"),
+            ("/sys/fs/cgroup/docker/%s/memory.stat" % cid, "anon"),
+        ):
             if os.path.exists(path):
                 stat = dict(l.split() for l in open(path).read().splitlines())
                 used[name] = int(stat[key]) / 2**20
@@ -92,10 +101,21 @@ def large_fleet():
     # Bare hosts every time: what an earlier session left of this fleet goes first.
     sim("sim-down", "--inventory", INVENTORY)
     start = time.monotonic()
-    proc = sim("sim-up", str(COUNT), "--first", str(FIRST), "--inventory", INVENTORY,
-               "--fault", "%s:no_kernel_headers=1" % host_name(NO_HEADERS))
-    figures = {"hosts": COUNT, "sim_up_s": round(time.monotonic() - start, 1),
-               "memory_mib_after_up": {k: round(v, 1) for k, v in fleet_memory_mib().items()}}
+    proc = sim(
+        "sim-up",
+        str(COUNT),
+        "--first",
+        str(FIRST),
+        "--inventory",
+        INVENTORY,
+        "--fault",
+        "%s:no_kernel_headers=1" % host_name(NO_HEADERS),
+    )
+    figures = {
+        "hosts": COUNT,
+        "sim_up_s": round(time.monotonic() - start, 1),
+        "memory_mib_after_up": {k: round(v, 1) for k, v in fleet_memory_mib().items()},
+    }
     yield {"figures": figures, "sim_up": proc.stdout}
     sim("sim-down", "--inventory", INVENTORY)
 
@@ -143,8 +163,11 @@ def test_stages_converge_all_serving_hosts_then_change_nothing(large_fleet):
     # sibling host of the same image), then the printed command, as printed.
     release = ssh(NO_HEADERS, "uname -r").stdout.strip()
     headers = ssh(FIRST, "tar -C / -cf - usr/src/linux-headers-%s | base64 -w0" % release).stdout.strip()
-    ssh(NO_HEADERS, "echo %s | base64 -d | tar -C / -xf - && ln -sfn /usr/src/linux-headers-%s /lib/modules/%s/build"
-        % (headers, release, release))
+    ssh(
+        NO_HEADERS,
+        "echo %s | base64 -d | tar -C / -xf - && ln -sfn /usr/src/linux-headers-%s /lib/modules/%s/build"
+        % (headers, release, release),
+    )
     resumed, rc, out_resume = kunlun_fleet(shlex.split(resume))
     (ROOT / "reports" / "fleet-large-resume.log").write_text(out_resume)
     assert rc == 0, out_resume[-6000:]
@@ -163,7 +186,13 @@ def test_stages_converge_all_serving_hosts_then_change_nothing(large_fleet):
     assert rc == 0, out2[-6000:]
     changed = {h: r["changed"] for h, r in recap(out2).items() if r["changed"]}
     assert changed == {}, changed
-    figures = dict(large_fleet["figures"], stages=STAGES, first_run_s=round(took, 1),
-                   resume_s=round(resumed, 1), rerun_s=round(again, 1), memory_mib_after_stages={k: round(v, 1) for k, v in fleet_memory_mib().items()})
+    figures = dict(
+        large_fleet["figures"],
+        stages=STAGES,
+        first_run_s=round(took, 1),
+        resume_s=round(resumed, 1),
+        rerun_s=round(again, 1),
+        memory_mib_after_stages={k: round(v, 1) for k, v in fleet_memory_mib().items()},
+    )
     keep(figures)
     print(json.dumps(figures))

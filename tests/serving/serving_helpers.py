@@ -32,13 +32,28 @@ def model_dir(tmp_path_factory, pins):
 def serving_args(pins, model_dir):
     """The product's flags (the serve role builds the same from kunlun_stack_serving)."""
     s = pins["kunlun_stack_serving"]
-    args = ["--model", str(model_dir), "--tensor-parallel-size", str(s["tensor_parallel_size"]),
-            "--dtype", s["dtype"], "--quantization", s["quantization"],
-            "--max-model-len", str(s["max_model_len"]),
-            "--mamba-ssm-cache-dtype", s["mamba_ssm_cache_dtype"],
-            "--gpu-memory-utilization", str(s["gpu_memory_utilization"]),
-            "--max-num-seqs", str(s["max_num_seqs"]),
-            "--reasoning-parser", s["reasoning_parser"], "--tool-call-parser", s["tool_call_parser"]]
+    args = [
+        "--model",
+        str(model_dir),
+        "--tensor-parallel-size",
+        str(s["tensor_parallel_size"]),
+        "--dtype",
+        s["dtype"],
+        "--quantization",
+        s["quantization"],
+        "--max-model-len",
+        str(s["max_model_len"]),
+        "--mamba-ssm-cache-dtype",
+        s["mamba_ssm_cache_dtype"],
+        "--gpu-memory-utilization",
+        str(s["gpu_memory_utilization"]),
+        "--max-num-seqs",
+        str(s["max_num_seqs"]),
+        "--reasoning-parser",
+        s["reasoning_parser"],
+        "--tool-call-parser",
+        s["tool_call_parser"],
+    ]
     if s["enable_prefix_caching"]:
         args.append("--enable-prefix-caching")
     if s["enable_auto_tool_choice"]:
@@ -57,19 +72,32 @@ class StandIn:
         self.log_path = tmp / "serve.log"
         self.exit_path = tmp / "serve.exit"
         dev = make_dev_dir(tmp / "dev", devices)
-        env = server_env(dev, KUNLUN_SIM_LOAD_SECONDS=str(load_seconds),
-                         XPU_VISIBLE_DEVICES=pins["kunlun_stack_serving_env"]["XPU_VISIBLE_DEVICES"])
-        argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1",
-                "--port", str(self.port), *serving_args(pins, model_dir),
-                "--api-key", api_key, "--served-model-name", served_name]
+        env = server_env(
+            dev,
+            KUNLUN_SIM_LOAD_SECONDS=str(load_seconds),
+            XPU_VISIBLE_DEVICES=pins["kunlun_stack_serving_env"]["XPU_VISIBLE_DEVICES"],
+        )
+        argv = [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            *serving_args(pins, model_dir),
+            "--api-key",
+            api_key,
+            "--served-model-name",
+            served_name,
+        ]
         self.argv, self.env = argv, env
         self.proc = None
 
     def start(self):
         # sh records the exit code, like a supervisor would; the server's output goes to the log.
         script = '"$@" >"%s" 2>&1; echo $? >"%s"' % (self.log_path, self.exit_path)
-        self.proc = subprocess.Popen(["sh", "-c", script, "sh", *self.argv], env=self.env,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(["sh", "-c", script, "sh", *self.argv], env=self.env, start_new_session=True)
         return self
 
     def failed_command(self):
@@ -101,20 +129,39 @@ def standin(tmp_path, pins, model_dir):
 
 def run_module(tmp_path, args, check=False, background=False):
     """serving_ready as a task of a real ansible-playbook run on localhost (json callback)."""
-    play = [{"name": "readiness", "hosts": "localhost", "gather_facts": False,
-             "tasks": [{"name": "serving_ready", "serving_ready": args}]}]
+    play = [
+        {
+            "name": "readiness",
+            "hosts": "localhost",
+            "gather_facts": False,
+            "tasks": [{"name": "serving_ready", "serving_ready": args}],
+        }
+    ]
     book = tmp_path / "ready.yml"
     book.write_text(json.dumps(play))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-               ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", ANSIBLE_CALLBACKS_ENABLED="ansible.posix.json",
-               ANSIBLE_LIBRARY=str(ROOT / "library"), ANSIBLE_MODULE_UTILS=str(ROOT / "module_utils"),
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"), ANSIBLE_NOCOLOR="1")
-    cmd = [str(ROOT / ".venv/bin/ansible-playbook"), "-i", "localhost,", "-c", "local",
-           "-e", "ansible_python_interpreter=%s" % sys.executable, str(book)]
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+        ANSIBLE_CALLBACKS_ENABLED="ansible.posix.json",
+        ANSIBLE_LIBRARY=str(ROOT / "library"),
+        ANSIBLE_MODULE_UTILS=str(ROOT / "module_utils"),
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+        ANSIBLE_NOCOLOR="1",
+    )
+    cmd = [
+        str(ROOT / ".venv/bin/ansible-playbook"),
+        "-i",
+        "localhost,",
+        "-c",
+        "local",
+        "-e",
+        "ansible_python_interpreter=%s" % sys.executable,
+        str(book),
+    ]
     if check:
         cmd.append("--check")
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     if background:
         return proc
     return finish(proc)

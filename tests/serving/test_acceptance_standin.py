@@ -18,19 +18,50 @@ NAME = "qwen38-fleet"
 
 
 def run_acceptance(tmp_path, url, **extra):
-    play = [{"name": "acceptance", "hosts": "localhost", "gather_facts": False,
-             "roles": [{"role": "acceptance"}],
-             "vars": dict({"acceptance_host_url": url, "acceptance_api_key": KEY,
-                           "acceptance_served_model_name": NAME, "acceptance_gateway_url": "",
-                           "acceptance_max_tokens": 48, "acceptance_report_dir": str(tmp_path / "report")},
-                          **extra)}]
+    play = [
+        {
+            "name": "acceptance",
+            "hosts": "localhost",
+            "gather_facts": False,
+            "roles": [{"role": "acceptance"}],
+            "vars": dict(
+                {
+                    "acceptance_host_url": url,
+                    "acceptance_api_key": KEY,
+                    "acceptance_served_model_name": NAME,
+                    "acceptance_gateway_url": "",
+                    "acceptance_max_tokens": 48,
+                    "acceptance_report_dir": str(tmp_path / "report"),
+                },
+                **extra,
+            ),
+        }
+    ]
     book = tmp_path / "acceptance.yml"
     book.write_text(json.dumps(play))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"))
-    proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", "localhost,", "-c", "local",
-                           "-e", "ansible_python_interpreter=%s" % sys.executable, str(book)],
-                          cwd=ROOT, env=env, text=True, capture_output=True, timeout=300)
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+    )
+    proc = subprocess.run(
+        [
+            str(ROOT / ".venv/bin/ansible-playbook"),
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            "ansible_python_interpreter=%s" % sys.executable,
+            str(book),
+        ],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=300,
+    )
     lines = (tmp_path / "report" / "acceptance.txt").read_text().splitlines()
     figures = json.loads((tmp_path / "report" / "acceptance.json").read_text())
     return proc, lines, figures

@@ -13,8 +13,14 @@ INDEX, HOST = lane_host(3)
 
 
 def serve(*extra):
-    proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", INVENTORY, "playbooks/serve.yml", *extra],
-                          cwd=REPO, env=_env(), text=True, capture_output=True, timeout=900)
+    proc = subprocess.run(
+        [os.path.join(VENV_BIN, "ansible-playbook"), "-i", INVENTORY, "playbooks/serve.yml", *extra],
+        cwd=REPO,
+        env=_env(),
+        text=True,
+        capture_output=True,
+        timeout=900,
+    )
     return proc.returncode, proc.stdout + proc.stderr
 
 

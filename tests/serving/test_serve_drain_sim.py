@@ -32,9 +32,24 @@ def serve(*extra):
     # Without the capacity gate: in this lane the other hosts may not be serving, and the
     # gate would (rightly) hold the batch until the long request ends, before any drain.
     # The gate has its own tests (tests/unit/test_rollout_capacity.py, the e2e rollout).
-    proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", INVENTORY, "playbooks/serve.yml",
-                           "--limit", "kf-node-%d" % HOST, "-e", "serve_capacity_check=false", *extra],
-                          cwd=REPO, env=_env(), text=True, capture_output=True, timeout=900)
+    proc = subprocess.run(
+        [
+            os.path.join(VENV_BIN, "ansible-playbook"),
+            "-i",
+            INVENTORY,
+            "playbooks/serve.yml",
+            "--limit",
+            "kf-node-%d" % HOST,
+            "-e",
+            "serve_capacity_check=false",
+            *extra,
+        ],
+        cwd=REPO,
+        env=_env(),
+        text=True,
+        capture_output=True,
+        timeout=900,
+    )
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -53,12 +68,20 @@ class LongStream(threading.Thread):
 
     def run(self):
         key = vault.read_api_key(INVENTORY)
-        body = json.dumps({"model": PINS["kunlun_stack_model"]["name"], "prompt": "The drain", "stream": True,
-                           "max_tokens": self.max_tokens, "ignore_eos": True})
+        body = json.dumps(
+            {
+                "model": PINS["kunlun_stack_model"]["name"],
+                "prompt": "The drain",
+                "stream": True,
+                "max_tokens": self.max_tokens,
+                "ignore_eos": True,
+            }
+        )
         try:
             conn = http.client.HTTPConnection(ADDRESS, PORT, timeout=300)
-            conn.request("POST", "/v1/completions", body, {"Authorization": "Bearer " + key,
-                                                           "Content-Type": "application/json"})
+            conn.request(
+                "POST", "/v1/completions", body, {"Authorization": "Bearer " + key, "Content-Type": "application/json"}
+            )
             resp = conn.getresponse()
             for raw in resp:
                 line = raw.decode().strip()

@@ -11,6 +11,7 @@ NAME = "qwen38-fleet"
 
 def wait_health(srv, budget=60.0):
     import time
+
     deadline = time.monotonic() + budget
     while time.monotonic() < deadline:
         try:
@@ -27,10 +28,20 @@ def test_waits_through_the_load_then_completes(tmp_path, standin):
     mark = tmp_path / "probed"
     # The module starts first: the server is not even started, then loads for 2 s
     # (port bound but not listening, like vllm): it has to wait through both.
-    proc = run_module(tmp_path, {
-        "url": srv.url, "served_model_name": NAME, "api_key": KEY, "timeout": 120, "interval": 0.5,
-        "failed_command": "sh -c 'touch %s; test -s %s'" % (mark, srv.exit_path),
-        "log_file": str(srv.log_path), "max_tokens": 8}, background=True)
+    proc = run_module(
+        tmp_path,
+        {
+            "url": srv.url,
+            "served_model_name": NAME,
+            "api_key": KEY,
+            "timeout": 120,
+            "interval": 0.5,
+            "failed_command": "sh -c 'touch %s; test -s %s'" % (mark, srv.exit_path),
+            "log_file": str(srv.log_path),
+            "max_tokens": 8,
+        },
+        background=True,
+    )
     wait_for(mark)
     srv.start()
     result, output = finish(proc)
@@ -51,9 +62,17 @@ def test_wrong_key_fails_with_401_and_never_shows_the_key(tmp_path, standin):
     srv = standin(api_key=KEY, served_name=NAME, load_seconds=0).start()
     wait_health(srv)
     wrong = "sk-wrong-5be7a9d3"
-    result, output = run_module(tmp_path, {
-        "url": srv.url, "served_model_name": NAME, "api_key": wrong, "timeout": 600,
-        "log_file": str(srv.log_path), "log_lines": 5})
+    result, output = run_module(
+        tmp_path,
+        {
+            "url": srv.url,
+            "served_model_name": NAME,
+            "api_key": wrong,
+            "timeout": 600,
+            "log_file": str(srv.log_path),
+            "log_lines": 5,
+        },
+    )
     assert result["failed"] is True
     assert result["probes"] == 1
     assert "answered HTTP 401 Unauthorized" in result["msg"]
@@ -69,9 +88,18 @@ def test_server_that_dies_shows_its_log(tmp_path, standin):
     # 7 devices for tensor parallel 8: vllm refuses to start and exits 1.
     srv = standin(api_key=KEY, served_name=NAME, devices=7, load_seconds=2)
     srv.start()
-    result, output = run_module(tmp_path, {
-        "url": srv.url, "served_model_name": NAME, "api_key": KEY, "timeout": 600, "interval": 0.5,
-        "failed_command": srv.failed_command(), "log_file": str(srv.log_path)})
+    result, output = run_module(
+        tmp_path,
+        {
+            "url": srv.url,
+            "served_model_name": NAME,
+            "api_key": KEY,
+            "timeout": 600,
+            "interval": 0.5,
+            "failed_command": srv.failed_command(),
+            "log_file": str(srv.log_path),
+        },
+    )
     assert result["failed"] is True
     assert "the service has failed (`test -s" in result["msg"]
     assert "Connection refused" in result["msg"]
@@ -82,8 +110,9 @@ def test_server_that_dies_shows_its_log(tmp_path, standin):
 
 def test_check_mode_probes_once_and_does_not_fail(tmp_path, standin):
     srv = standin(api_key=KEY, served_name=NAME)  # never started
-    result, output = run_module(tmp_path, {
-        "url": srv.url, "served_model_name": NAME, "api_key": KEY, "timeout": 600}, check=True)
+    result, output = run_module(
+        tmp_path, {"url": srv.url, "served_model_name": NAME, "api_key": KEY, "timeout": 600}, check=True
+    )
     assert result.get("failed") is not True, output
     assert result["ready"] is False
     assert result["probes"] == 1

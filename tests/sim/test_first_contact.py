@@ -46,15 +46,28 @@ def env():
 
 
 def kunlun_fleet(*args):
-    return subprocess.run([sys.executable, "-m", "kunlun_fleet.cli"] + [str(a) for a in args], cwd=REPO, env=env(),
-                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "kunlun_fleet.cli"] + [str(a) for a in args],
+        cwd=REPO,
+        env=env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=900,
+    )
 
 
 def ansible(inv, pattern, *args, **extra_env):
-    return subprocess.run([os.path.join(VENV_BIN, "ansible"), "-i", str(inv), pattern] + list(args), cwd=REPO,
-                          env=dict(env(), **extra_env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [os.path.join(VENV_BIN, "ansible"), "-i", str(inv), pattern] + list(args),
+        cwd=REPO,
+        env=dict(env(), **extra_env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=300,
+    )
 
 
 def statuses(stdout):
@@ -135,8 +148,9 @@ def test_bootstrap_a_password_only_host(fresh_host, tmp_path):
     # No password goes to a host whose key is not known.
     proc = kunlun_fleet(*bootstrap)
     assert proc.returncode == 3, proc.stdout + proc.stderr
-    assert "not known yet" in proc.stderr and "kunlun-fleet hostkeys -i %s --limit kf-node-3 --accept" % inv \
-        in proc.stderr
+    assert (
+        "not known yet" in proc.stderr and "kunlun-fleet hostkeys -i %s --limit kf-node-3 --accept" % inv in proc.stderr
+    )
     proc = kunlun_fleet("hostkeys", "-i", inv, "--limit", "kf-node-3", "--accept")
     assert proc.returncode == 0, proc.stdout + proc.stderr
 

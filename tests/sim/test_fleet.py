@@ -29,9 +29,12 @@ def test_ping_over_ssh_with_checked_host_keys(sim_fleet):
 def test_unknown_host_key_is_refused(sim_fleet):
     """Host key checking is really on: with an empty known_hosts the same SSH fails."""
     from kunlun_fleet.sim import fleet
+
     with tempfile.NamedTemporaryFile("w") as empty:
-        cmd = [a if not a.startswith("UserKnownHostsFile=") else "UserKnownHostsFile=" + empty.name
-               for a in fleet.ssh_cmd(1, "true")]
+        cmd = [
+            a if not a.startswith("UserKnownHostsFile=") else "UserKnownHostsFile=" + empty.name
+            for a in fleet.ssh_cmd(1, "true")
+        ]
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
     assert proc.returncode != 0
     assert "Host key verification failed" in proc.stderr
@@ -48,6 +51,7 @@ def test_inventory_groups_and_disks(sim_fleet):
 
 def cpu_shares(container):
     from kunlun_fleet.sim import engine
+
     return int(engine.docker("inspect", "--format", "{{.HostConfig.CpuShares}}", container).stdout)
 
 
@@ -55,9 +59,13 @@ def shared_hosts():
     """{container name: id} of the shared fleet's three hosts (another fleet may be
     coming up beside them: the large lane runs at the same time)."""
     from kunlun_fleet.sim import engine
-    out = engine.docker("ps", "-a", "--no-trunc", "--filter", "label=org.kunlun-fleet.sim",
-                        "--format", "{{.Names}} {{.ID}}").stdout
-    return {n: i for n, i in (l.split() for l in out.splitlines() if l.strip()) if n in ("kf-sim-1", "kf-sim-2", "kf-sim-3")}
+
+    out = engine.docker(
+        "ps", "-a", "--no-trunc", "--filter", "label=org.kunlun-fleet.sim", "--format", "{{.Names}} {{.ID}}"
+    ).stdout
+    return {
+        n: i for n, i in (l.split() for l in out.splitlines() if l.strip()) if n in ("kf-sim-1", "kf-sim-2", "kf-sim-3")
+    }
 
 
 def test_sim_up_again_changes_nothing(sim_fleet):

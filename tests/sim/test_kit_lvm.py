@@ -36,13 +36,16 @@ def test_lvg_lvol_filesystem_mount_give_writable_xfs(fresh_host):
 
     # The LV survives a container restart: the kit's boot unit re-attaches and remounts.
     from kunlun_fleet.sim import engine, fleet
+
     engine.docker("restart", "kf-sim-%d" % host, timeout=120)
     fleet.wait_ready(host)
     # Once failed under phase 2's load (cause not found): the mount read right after the
     # restart. Let systemd finish booting first, and show the kit unit if it is missing.
     state = ssh(host, "timeout 90 systemctl is-system-running --wait", check=False).stdout.strip()
-    assert ssh(host, "findmnt -n -o FSTYPE /srv/kit-test", check=False).stdout.strip() == "xfs", \
-        (state, ssh(host, "systemctl --failed; journalctl -b -u kunlun-kit-lvm --no-pager", check=False).stdout)
+    assert ssh(host, "findmnt -n -o FSTYPE /srv/kit-test", check=False).stdout.strip() == "xfs", (
+        state,
+        ssh(host, "systemctl --failed; journalctl -b -u kunlun-kit-lvm --no-pager", check=False).stdout,
+    )
     assert ssh(host, "cat /srv/kit-test/hello.txt").stdout == "written through the kit\n"
     assert int(ssh(host, "stat -c %s /srv/kit-test/blob").stdout) == 8 << 20
     _, recap = playbook("lvm_xfs.yml", "-e", "target=kf-node-%d" % host)
@@ -69,12 +72,17 @@ def test_lvextend_grows_device_and_filesystem(fresh_host):
 def test_new_lv_is_wiped(fresh_host):
     """A new LV over extents that held a filesystem starts without its signature."""
     host = fresh_host(HOST)
-    ssh(host, "pvcreate -q /dev/vdb && vgcreate -q wvg /dev/vdb && lvcreate -q -y -n one -L 1G wvg "
-              "&& mkfs.xfs -q /dev/wvg/one && lvremove -q -y wvg/one && lvcreate -q -y -n two -L 1G wvg")
+    ssh(
+        host,
+        "pvcreate -q /dev/vdb && vgcreate -q wvg /dev/vdb && lvcreate -q -y -n one -L 1G wvg "
+        "&& mkfs.xfs -q /dev/wvg/one && lvremove -q -y wvg/one && lvcreate -q -y -n two -L 1G wvg",
+    )
     proc = ssh(host, "blkid -p /dev/wvg/two", check=False)
     assert "xfs" not in proc.stdout
-    assert ssh(host, "readlink -f /dev/wvg/two").stdout.strip() == \
-        ssh(host, "readlink -f /dev/mapper/wvg-two").stdout.strip()
+    assert (
+        ssh(host, "readlink -f /dev/wvg/two").stdout.strip()
+        == ssh(host, "readlink -f /dev/mapper/wvg-two").stdout.strip()
+    )
 
 
 def test_kit_faults_shape_the_host(fresh_host):
@@ -99,24 +107,37 @@ def test_reports_match_lvm_but_show_activation(fresh_host):
     """lvs/vgs through the kit print exactly what LVM prints, except the state and open
     characters of lv_attr, which show the kit's activation."""
     host = fresh_host(HOST)
-    ssh(host, "pvcreate -q /dev/vdb && vgcreate -q data /dev/vdb && lvcreate -q -y -n home -L 2T data "
-              "&& lvcreate -q -y -n other-lv -L 1G data && lvchange -q -an data/other-lv")
-    for args in ("", "--noheadings --options vg_name,lv_name,lv_size --units g data/home",
-                 "-a -o lv_name,size,lv_attr --units m --separator ';'", "--reportformat json",
-                 "--nameprefixes --noheadings -o lv_name,lv_attr", "--segments -o +devices",
-                 "-o lv_name,lv_attr,lv_uuid"):
+    ssh(
+        host,
+        "pvcreate -q /dev/vdb && vgcreate -q data /dev/vdb && lvcreate -q -y -n home -L 2T data "
+        "&& lvcreate -q -y -n other-lv -L 1G data && lvchange -q -an data/other-lv",
+    )
+    for args in (
+        "",
+        "--noheadings --options vg_name,lv_name,lv_size --units g data/home",
+        "-a -o lv_name,size,lv_attr --units m --separator ';'",
+        "--reportformat json",
+        "--nameprefixes --noheadings -o lv_name,lv_attr",
+        "--segments -o +devices",
+        "-o lv_name,lv_attr,lv_uuid",
+    ):
         real = ssh(host, "lvm lvs %s 2>/dev/null" % args).stdout
         kit = ssh(host, "lvs %s" % args).stdout
         expected = real.replace("-wi-XX----", "-wi-a-----", 1).replace("-wi-XX----", "-wi-------")
         assert kit == expected, "lvs %s" % args
-    assert ssh(host, "vgs --noheadings -o lv_name,lv_attr --separator ';' data").stdout.split() == \
-        ["home;-wi-a-----", "other-lv;-wi-------"]
+    assert ssh(host, "vgs --noheadings -o lv_name,lv_attr --separator ';' data").stdout.split() == [
+        "home;-wi-a-----",
+        "other-lv;-wi-------",
+    ]
 
 
 def test_lv_in_use_is_not_deactivated_or_removed(fresh_host):
     host = fresh_host(HOST)
-    ssh(host, "pvcreate -q /dev/vdb && vgcreate -q data /dev/vdb && lvcreate -q -y -n home -L 1G data "
-              "&& mkfs.xfs -q /dev/data/home && mkdir -p /mnt/h && mount /dev/data/home /mnt/h")
+    ssh(
+        host,
+        "pvcreate -q /dev/vdb && vgcreate -q data /dev/vdb && lvcreate -q -y -n home -L 1G data "
+        "&& mkfs.xfs -q /dev/data/home && mkdir -p /mnt/h && mount /dev/data/home /mnt/h",
+    )
     proc = ssh(host, "vgchange -an data", check=False)
     assert proc.returncode != 0 and "in use" in proc.stderr
     proc = ssh(host, "lvremove -y data/home", check=False)

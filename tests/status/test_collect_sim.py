@@ -20,17 +20,36 @@ pytestmark = [pytest.mark.sim, pytest.mark.slow]
 HOSTS = ("kf-node-1", "kf-node-2", "kf-node-3")
 # What the product parses and the sim hosts all have (the kit's xpu-smi, lspci, lsmod; the
 # engine's docker; the data volume at /home).
-EXPECTED_FILES = ("xpu-smi.txt", "xpu-smi-q.txt", "xpu-smi-L.txt", "lspci-Dn.txt", "lsmod.txt", "findmnt.json",
-                  "blkid.txt", "lsblk.txt", "docker-info.json", "os-release.txt", "uname-a.txt",
-                  "proc_self_mountinfo.txt")
-UNTOUCHED = ("stat -c '%n %Y %s' /etc/systemd/system/kunlun-serve.service /etc/kunlun-serve/serve.env "
-             "/etc/ansible/facts.d/xpu.fact; systemctl show --property InvocationID --value kunlun-serve.service")
+EXPECTED_FILES = (
+    "xpu-smi.txt",
+    "xpu-smi-q.txt",
+    "xpu-smi-L.txt",
+    "lspci-Dn.txt",
+    "lsmod.txt",
+    "findmnt.json",
+    "blkid.txt",
+    "lsblk.txt",
+    "docker-info.json",
+    "os-release.txt",
+    "uname-a.txt",
+    "proc_self_mountinfo.txt",
+)
+UNTOUCHED = (
+    "stat -c '%n %Y %s' /etc/systemd/system/kunlun-serve.service /etc/kunlun-serve/serve.env "
+    "/etc/ansible/facts.d/xpu.fact; systemctl show --property InvocationID --value kunlun-serve.service"
+)
 
 
 def kunlun_fleet(*args, timeout=600):
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    return subprocess.run([str(ROOT / ".venv/bin/kunlun-fleet"), *args], cwd=str(ROOT), env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [str(ROOT / ".venv/bin/kunlun-fleet"), *args],
+        cwd=str(ROOT),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def real_serials(i):
@@ -69,7 +88,11 @@ def test_collect_then_conformance(sim_fleet, tmp_path):
 
     check = kunlun_fleet("conformance", str(out), "--json", timeout=120)
     report = json.loads(check.stdout)
-    bad = [(h, f["file"], f["verdict"], f["reason"]) for h, d in report["hosts"].items() for f in d["files"]
-           if f["verdict"] not in ("ok", "missing")]
+    bad = [
+        (h, f["file"], f["verdict"], f["reason"])
+        for h, d in report["hosts"].items()
+        for f in d["files"]
+        if f["verdict"] not in ("ok", "missing")
+    ]
     assert check.returncode == 0 and not bad, (check.returncode, bad, check.stderr[-2000:])
     assert sorted(report["hosts"]) == list(HOSTS)

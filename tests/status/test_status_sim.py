@@ -23,9 +23,11 @@ PINS = yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text(
 PORT = PINS["kunlun_stack_serving"]["port"]
 # What a host's serving state is made of on disk, and the running service's identity: the
 # same before and after a status run.
-UNTOUCHED = ("stat -c '%n %Y %s' /etc/systemd/system/kunlun-serve.service /etc/kunlun-serve/serve.env "
-             "/etc/kunlun-serve/image /etc/ansible/facts.d/xpu.fact; "
-             "systemctl show --property InvocationID --value kunlun-serve.service")
+UNTOUCHED = (
+    "stat -c '%n %Y %s' /etc/systemd/system/kunlun-serve.service /etc/kunlun-serve/serve.env "
+    "/etc/kunlun-serve/image /etc/ansible/facts.d/xpu.fact; "
+    "systemctl show --property InvocationID --value kunlun-serve.service"
+)
 
 
 def status(*args, timeout=600):
@@ -35,8 +37,10 @@ def status(*args, timeout=600):
     try:
         doc = json.loads(proc.stdout)
     except ValueError:
-        raise AssertionError("kunlun-fleet status printed no JSON document (exit %d):\n%s\n%s"
-                             % (proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:]))
+        raise AssertionError(
+            "kunlun-fleet status printed no JSON document (exit %d):\n%s\n%s"
+            % (proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:])
+        )
     return proc.returncode, doc, proc.stderr
 
 
@@ -61,8 +65,10 @@ def served(sim_fleet):
             with urllib.request.urlopen("http://%s:%d/health" % (host_address(i), PORT), timeout=10) as r:
                 assert r.status == 200
         except OSError as exc:
-            raise AssertionError("kf-node-%d does not serve (%s): this suite runs after the e2e, which leaves the "
-                                 "fleet served; run `kunlun-fleet demo` first" % (i, exc))
+            raise AssertionError(
+                "kf-node-%d does not serve (%s): this suite runs after the e2e, which leaves the "
+                "fleet served; run `kunlun-fleet demo` first" % (i, exc)
+            )
 
 
 def test_every_host_healthy_and_nothing_changed(served):

@@ -56,7 +56,7 @@ def digest(path):
                 chunk = os.read(fd, block)
                 if not chunk:
                     break
-                if chunk != zero[:len(chunk)]:
+                if chunk != zero[: len(chunk)]:
                     h.update(b"%d:" % off + chunk)
                 off += len(chunk)
             pos = max(off, hole)
@@ -97,8 +97,14 @@ def tree_list(root, skip):
                 continue
             path = os.path.join(root, crel)
             st = os.lstat(path)
-            rec = {"path": crel.decode("utf-8", "backslashreplace"), "mode": "%o" % st.st_mode,
-                   "uid": st.st_uid, "gid": st.st_gid, "mtime_ns": st.st_mtime_ns, "xattrs": xattrs(path)}
+            rec = {
+                "path": crel.decode("utf-8", "backslashreplace"),
+                "mode": "%o" % st.st_mode,
+                "uid": st.st_uid,
+                "gid": st.st_gid,
+                "mtime_ns": st.st_mtime_ns,
+                "xattrs": xattrs(path),
+            }
             if stat.S_ISDIR(st.st_mode):
                 if st.st_dev != dev:
                     rec["mount"] = True
@@ -132,6 +138,7 @@ def seed_home():
     old and ns-precision mtimes, a default ACL, a user xattr on a directory, an owner with
     no passwd entry, dangling and absolute symlinks."""
     import random
+
     rng = random.Random(4)
     base = b"/home/carol"
     if subprocess.run(["id", "carol"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode:
@@ -318,8 +325,12 @@ def daemon_root(path):
 
 
 def observe(a, pid=None):
-    seen = {"phase": read_phase(a.state), "src_mounted": mounted(a.src),
-            "fstab_has_src": fstab_has(a.src), "rsync_running": len(rsync_pids(a.target))}
+    seen = {
+        "phase": read_phase(a.state),
+        "src_mounted": mounted(a.src),
+        "fstab_has_src": fstab_has(a.src),
+        "rsync_running": len(rsync_pids(a.target)),
+    }
     if a.daemon_json:
         seen["daemon_data_root"] = daemon_root(a.daemon_json)
     if pid:

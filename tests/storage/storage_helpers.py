@@ -49,8 +49,13 @@ SEED_TIMEOUT = 900
 def upload_tool():
     with open(os.path.join(HERE, "host_tool.py"), "rb") as fh:
         data = fh.read()
-    proc = subprocess.run(fleet.ssh_cmd(HOST, "cat > %s && chmod 0755 %s" % (TOOL, TOOL)), input=data,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    proc = subprocess.run(
+        fleet.ssh_cmd(HOST, "cat > %s && chmod 0755 %s" % (TOOL, TOOL)),
+        input=data,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -72,7 +77,9 @@ def tree_diff(before, after, limit=15):
             elif b is None:
                 diffs.append("%s: LOST" % path)
             else:
-                diffs.append("%s: %s" % (path, {k: (a.get(k), b.get(k)) for k in set(a) | set(b) if a.get(k) != b.get(k)}))
+                diffs.append(
+                    "%s: %s" % (path, {k: (a.get(k), b.get(k)) for k in set(a) | set(b) if a.get(k) != b.get(k)})
+                )
     return diffs[:limit] + (["... %d more" % (len(diffs) - limit)] if len(diffs) > limit else [])
 
 
@@ -82,10 +89,22 @@ def snapshot():
 
 def stage(name, *args, check=False, env=None):
     """ansible-playbook playbooks/<name> --limit NAME; returns (proc, recap of the host)."""
-    proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", INVENTORY,
-                           os.path.join(REPO, "playbooks", name), "--limit", NAME] + list(args),
-                          cwd=REPO, env=dict(_env(), **(env or {})), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(
+        [
+            os.path.join(VENV_BIN, "ansible-playbook"),
+            "-i",
+            INVENTORY,
+            os.path.join(REPO, "playbooks", name),
+            "--limit",
+            NAME,
+        ]
+        + list(args),
+        cwd=REPO,
+        env=dict(_env(), **(env or {})),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     if check and proc.returncode != 0:
         raise AssertionError("ansible-playbook %s failed:\n%s" % (name, proc.stdout[-6000:]))
     return proc, recap(proc.stdout).get(NAME, {})
@@ -104,13 +123,20 @@ def refused_run(playbook, words, *args):
     assert not missing, "the message lacks %s:\n%s" % (missing, msg[-3000:])
     assert "nothing was changed" in msg, msg[-3000:]
     assert after == before, "the host changed:\n%s" % "\n".join(
-        sorted(set(before.splitlines()) ^ set(after.splitlines())))
+        sorted(set(before.splitlines()) ^ set(after.splitlines()))
+    )
     return msg
 
 
 def stage_cmd(name, *args):
-    return [os.path.join(VENV_BIN, "ansible-playbook"), "-i", INVENTORY,
-            os.path.join(REPO, "playbooks", name), "--limit", NAME] + list(args)
+    return [
+        os.path.join(VENV_BIN, "ansible-playbook"),
+        "-i",
+        INVENTORY,
+        os.path.join(REPO, "playbooks", name),
+        "--limit",
+        NAME,
+    ] + list(args)
 
 
 def wait_seeded(*manifests, timeout=120):
@@ -171,8 +197,12 @@ def docker_trees(root):
         for path, rec in tree(root + "/" + sub).items():
             full = sub + "/" + path
             parts = full.split("/")
-            if "work" in parts or "merged" in parts or full.startswith("image/overlay2/layerdb/mounts") \
-                    or full == "overlay2/backingFsBlockDev":
+            if (
+                "work" in parts
+                or "merged" in parts
+                or full.startswith("image/overlay2/layerdb/mounts")
+                or full == "overlay2/backingFsBlockDev"
+            ):
                 continue
             out[full] = rec
     return out
@@ -184,5 +214,9 @@ def docker_proof():
     run = sh("docker start -a kf-seed-ctr", check=False)
     fresh = sh("docker run --rm --network none kf-seed/tiny:1 /bin/sh -c 'echo runs'", check=False)
     vol = sh("docker volume inspect --format '{{.Mountpoint}}' kf-seed-data", check=False)
-    return {"images": images, "container": run.stdout.strip(), "run": fresh.stdout.strip(),
-            "volume": vol.stdout.strip()}
+    return {
+        "images": images,
+        "container": run.stdout.strip(),
+        "run": fresh.stdout.strip(),
+        "volume": vol.stdout.strip(),
+    }

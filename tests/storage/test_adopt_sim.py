@@ -69,8 +69,10 @@ def test_refuses_an_xfs_overlay2_cannot_use_and_changes_nothing(fresh_host):
     fresh_host(HOST, "home_lvm=xfs_ftype0", "home_lvm_free=10")
     wait_seeded(MANIFEST)
     upload_tool()
-    refused_run("storage.yml", ["/home (vg0/lv_home) is xfs with ftype=0", "overlay2 needs XFS with ftype=1 or ext4",
-                                      "mkfs.xfs -n ftype=1"])
+    refused_run(
+        "storage.yml",
+        ["/home (vg0/lv_home) is xfs with ftype=0", "overlay2 needs XFS with ftype=1 or ext4", "mkfs.xfs -n ftype=1"],
+    )
     # Preflight refuses it with the same words, before any stage (the snapshot covers
     # the volume's size, fstab and /home's checksums).
     refused_run("preflight.yml", ["/home (vg0/lv_home) is xfs with ftype=0"])

@@ -23,8 +23,9 @@ def small_disk(tmp_path):
     is reset (a reset makes a new container). Detached afterwards."""
     img = tmp_path / "small.img"
     subprocess.run(["truncate", "-s", "600M", str(img)], check=True)
-    dev = subprocess.run(["losetup", "--find", "--show", str(img)], check=True, capture_output=True,
-                         text=True).stdout.strip()
+    dev = subprocess.run(
+        ["losetup", "--find", "--show", str(img)], check=True, capture_output=True, text=True
+    ).stdout.strip()
     rdev = os.stat(dev).st_rdev
 
     def attach():
@@ -44,8 +45,10 @@ def test_storage_refuses_bad_disks_mounts_and_room(fresh_host, small_disk):
     # the tool's packages are installed and the package index known: a refused run has
     # then nothing to install, so "nothing changed" covers every task
     stage("storage.yml", "--tags", "never-a-tag")
-    sh("apt-cache show lvm2 >/dev/null 2>&1 || apt-get update -qq; "
-       "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lvm2 xfsprogs rsync acl >/dev/null")
+    sh(
+        "apt-cache show lvm2 >/dev/null 2>&1 || apt-get update -qq; "
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lvm2 xfsprogs rsync acl >/dev/null"
+    )
 
     # 1. the data disk is a PV of another volume group
     sh("pvcreate -q /dev/vdb && vgcreate -q othervg /dev/vdb")
@@ -74,8 +77,12 @@ blkid -p -o value -s PTTYPE /dev/vdb""")
 
     # 4. the content of /home does not fit the volume the disks will make
     sh("fallocate -l 700M /home/alice/big-allocated.bin")
-    refused("storage.yml", ["/dev/vdc", "nothing was changed", "add data disks to storage_data_disks"],
-            "-e", '{"storage_data_disks": ["/dev/vdc"], "storage_min_size_gib": 0}')
+    refused(
+        "storage.yml",
+        ["/dev/vdc", "nothing was changed", "add data disks to storage_data_disks"],
+        "-e",
+        '{"storage_data_disks": ["/dev/vdc"], "storage_min_size_gib": 0}',
+    )
     sh("rm /home/alice/big-allocated.bin")
 
     # and the same host with good input still converges (the refusals left it usable)
@@ -88,8 +95,12 @@ def test_engine_refuses_outside_root_and_invalid_daemon_json(fresh_host):
     upload_tool()
     # 5. a data-root outside the data volume (before anything else)
     for root in ("/srv/docker", "/home", "/home2/docker"):
-        refused("engine.yml", ["engine_data_root %s is outside the data volume /home" % root, "Fix"],
-                "-e", "engine_data_root=%s" % root)
+        refused(
+            "engine.yml",
+            ["engine_data_root %s is outside the data volume /home" % root, "Fix"],
+            "-e",
+            "engine_data_root=%s" % root,
+        )
 
     # 6. an invalid daemon.json is refused, not overwritten (byte-identical)
     proc, _ = stage("storage.yml")
@@ -97,8 +108,9 @@ def test_engine_refuses_outside_root_and_invalid_daemon_json(fresh_host):
     bad = '{\n  "registry-mirrors": ["https://mirror.example"],\n  "debug": true,\n'
     sh("mkdir -p /etc/docker && printf '%%s' '%s' > /etc/docker/daemon.json" % bad)
     digest = sh("sha256sum /etc/docker/daemon.json").stdout
-    msg = refused("engine.yml", ["/etc/docker/daemon.json is not valid JSON", "refusing to overwrite it",
-                                 "python3 -m json.tool"])
+    msg = refused(
+        "engine.yml", ["/etc/docker/daemon.json is not valid JSON", "refusing to overwrite it", "python3 -m json.tool"]
+    )
     assert sh("sha256sum /etc/docker/daemon.json").stdout == digest
     assert sh("cat /etc/docker/daemon.json").stdout == bad, msg[-2000:]
     sh("printf '%s' '[1, 2]' > /etc/docker/daemon.json")
@@ -108,14 +120,25 @@ def test_engine_refuses_outside_root_and_invalid_daemon_json(fresh_host):
     # role configures (overlay2): moving it would lose them from view; refused, whether
     # the running engine or only the data-root on disk tells the driver
     sh("printf '%s' '{\"storage-driver\": \"vfs\"}' > /etc/docker/daemon.json")
-    sh("export DEBIAN_FRONTEND=noninteractive; apt-cache show docker.io >/dev/null 2>&1 || apt-get update -qq; "
-       "apt-get install -y -qq docker.io >/dev/null && systemctl start docker && "
-       "rm -rf /tmp/kf-img && mkdir -p /tmp/kf-img && echo hi > /tmp/kf-img/hello && "
-       "tar -C /tmp/kf-img -c . | docker import - kf-seed/tiny:1 >/dev/null && docker info --format '{{.Driver}}'",
-       timeout=SEED_TIMEOUT)
-    refused("engine.yml", ["data-root /var/lib/docker holds images or containers of the storage driver vfs",
-                           "the running engine uses vfs", "configured for overlay2", "storage-driver",
-                           "docker save"])
+    sh(
+        "export DEBIAN_FRONTEND=noninteractive; apt-cache show docker.io >/dev/null 2>&1 || apt-get update -qq; "
+        "apt-get install -y -qq docker.io >/dev/null && systemctl start docker && "
+        "rm -rf /tmp/kf-img && mkdir -p /tmp/kf-img && echo hi > /tmp/kf-img/hello && "
+        "tar -C /tmp/kf-img -c . | docker import - kf-seed/tiny:1 >/dev/null && docker info --format '{{.Driver}}'",
+        timeout=SEED_TIMEOUT,
+    )
+    refused(
+        "engine.yml",
+        [
+            "data-root /var/lib/docker holds images or containers of the storage driver vfs",
+            "the running engine uses vfs",
+            "configured for overlay2",
+            "storage-driver",
+            "docker save",
+        ],
+    )
     sh("systemctl stop docker.socket docker.service && printf '%s' '{}' > /etc/docker/daemon.json")
-    refused("engine.yml", ["data-root /var/lib/docker holds images or containers of the storage driver vfs",
-                           "configured for overlay2"])
+    refused(
+        "engine.yml",
+        ["data-root /var/lib/docker holds images or containers of the storage driver vfs", "configured for overlay2"],
+    )

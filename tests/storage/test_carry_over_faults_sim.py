@@ -35,25 +35,46 @@ import pytest
 
 from kunlun_fleet.sim import fleet
 from kunlun_fleet.sim.testing import _env, REPO
-from storage_helpers import (HOST, OLD_ENGINE, SEED_TIMEOUT, TOOL, docker_proof, docker_trees, sh, stage, stage_cmd,
-                             tree, tree_diff, upload_tool, wait_seeded)
+from storage_helpers import (
+    HOST,
+    OLD_ENGINE,
+    SEED_TIMEOUT,
+    TOOL,
+    docker_proof,
+    docker_trees,
+    sh,
+    stage,
+    stage_cmd,
+    tree,
+    tree_diff,
+    upload_tool,
+    wait_seeded,
+)
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
-HOME = dict(state="/var/lib/kunlun-fleet/carry-over/home.json", lock="/run/lock/kunlun-carry-over-home.lock",
-            src="/home", target="/mnt/kunlun-carry-home")
-DOCKER = dict(state="/var/lib/kunlun-fleet/carry-over/var-lib-docker.json",
-              lock="/run/lock/kunlun-carry-over-var-lib-docker.lock", src="/var/lib/docker",
-              target="/home/docker", daemon_json="/etc/docker/daemon.json")
+HOME = dict(
+    state="/var/lib/kunlun-fleet/carry-over/home.json",
+    lock="/run/lock/kunlun-carry-over-home.lock",
+    src="/home",
+    target="/mnt/kunlun-carry-home",
+)
+DOCKER = dict(
+    state="/var/lib/kunlun-fleet/carry-over/var-lib-docker.json",
+    lock="/run/lock/kunlun-carry-over-var-lib-docker.lock",
+    src="/var/lib/docker",
+    target="/home/docker",
+    daemon_json="/etc/docker/daemon.json",
+)
 
 # In the order a run reaches them (each re-run passes through all phases again).
 HOME_POINTS = [
-    ("during-copy", "module"),          # rsync running and written >8 MiB; rsync left running
-    ("after-copy", "module"),           # journal 'copied', before verification
-    ("during-verify", "module"),        # the module holds a file of the tree open to hash it
-    ("after-verify", "module"),         # journal 'verified': fstab and mounts untouched
-    ("switch-fstab", "module-tree"),    # fstab line written, before the mount at /home
-    ("switch-mounted", "controller"),   # /home mounted, journal not yet 'switched'
+    ("during-copy", "module"),  # rsync running and written >8 MiB; rsync left running
+    ("after-copy", "module"),  # journal 'copied', before verification
+    ("during-verify", "module"),  # the module holds a file of the tree open to hash it
+    ("after-verify", "module"),  # journal 'verified': fstab and mounts untouched
+    ("switch-fstab", "module-tree"),  # fstab line written, before the mount at /home
+    ("switch-mounted", "controller"),  # /home mounted, journal not yet 'switched'
 ]
 DOCKER_POINTS = [
     ("during-copy", "module"),
@@ -61,8 +82,8 @@ DOCKER_POINTS = [
     ("during-copy", "controller", "--min-written", "0"),  # the orphaned module then finishes
     ("after-copy", "module"),
     ("during-verify", "module"),
-    ("after-verify", "module"),         # before daemon.json is written
-    ("config-written", "controller"),   # daemon.json says /home/docker, engine not restarted
+    ("after-verify", "module"),  # before daemon.json is written
+    ("config-written", "controller"),  # daemon.json says /home/docker, engine not restarted
 ]
 
 OUTCOMES = []
@@ -80,12 +101,29 @@ def wait_lock_free(lock):
 
 
 def run_with_fault(playbook, where, point, victim, log_dir, *extra):
-    args = list(extra) + ["--point", point, "--victim", victim, "--state", where["state"], "--lock", where["lock"],
-            "--src", where["src"], "--target", where["target"]]
+    args = list(extra) + [
+        "--point",
+        point,
+        "--victim",
+        victim,
+        "--state",
+        where["state"],
+        "--lock",
+        where["lock"],
+        "--src",
+        where["src"],
+        "--target",
+        where["target"],
+    ]
     if "daemon_json" in where:
         args += ["--daemon-json", where["daemon_json"]]
-    watcher = subprocess.Popen(fleet.ssh_cmd(HOST, "exec python3 %s watch %s" % (TOOL, " ".join(args))),
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+    watcher = subprocess.Popen(
+        fleet.ssh_cmd(HOST, "exec python3 %s watch %s" % (TOOL, " ".join(args))),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        bufsize=1,
+    )
     q = queue.Queue()
     threading.Thread(target=lines_of, args=(watcher.stdout, q), daemon=True).start()
     assert q.get(timeout=30) == "READY"
@@ -93,8 +131,14 @@ def run_with_fault(playbook, where, point, victim, log_dir, *extra):
     # The linear strategy here: the watcher polls for the module between two journal
     # phases, and under Mitogen it missed the window after 'verified' once in CI (an open
     # item: the watcher should freeze the module at the phase, not poll for it).
-    pb = subprocess.Popen(stage_cmd(playbook), cwd=REPO, env=dict(_env(), ANSIBLE_STRATEGY="linear"), stdout=log,
-                          stderr=subprocess.STDOUT, start_new_session=True)
+    pb = subprocess.Popen(
+        stage_cmd(playbook),
+        cwd=REPO,
+        env=dict(_env(), ANSIBLE_STRATEGY="linear"),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     hit = None
     started = time.time()
     try:
@@ -130,8 +174,14 @@ def run_with_fault(playbook, where, point, victim, log_dir, *extra):
             watcher.kill()
         watcher.wait(timeout=30)
         log.close()
-    outcome = {"stage": playbook, "point": point, "victim": victim, "reached": hit is not None,
-               "seen": hit, "playbook_rc": rc}
+    outcome = {
+        "stage": playbook,
+        "point": point,
+        "victim": victim,
+        "reached": hit is not None,
+        "seen": hit,
+        "playbook_rc": rc,
+    }
     OUTCOMES.append(outcome)
     print("FAULT %s" % json.dumps(outcome, sort_keys=True))
     assert hit is not None, "fault point %s (%s) of %s never reached; see %s" % (point, victim, playbook, log.name)
@@ -146,7 +196,10 @@ def seeded_host(fresh_host):
     wait_seeded("/var/lib/kunlun-kit/home.manifest", "/var/lib/kunlun-kit/docker.manifest")
     upload_tool()
     sh("python3 %s seed-home" % TOOL)
-    sh(OLD_ENGINE + "\n" + r"""
+    sh(
+        OLD_ENGINE
+        + "\n"
+        + r"""
 python3 - <<'EOF'
 import os, random
 rng = random.Random(7)
@@ -159,7 +212,9 @@ for i in range(2000):
     with open("%s/r%04d" % (sub, i), "wb") as fh:
         fh.write(rng.randbytes(rng.randint(0, 2048)))
 EOF
-""", timeout=SEED_TIMEOUT)
+""",
+        timeout=SEED_TIMEOUT,
+    )
     return HOST
 
 
@@ -186,10 +241,12 @@ def test_sigkill_at_every_phase_then_rerun_loses_nothing(seeded_host, tmp_path):
     print("FAULT engine.yml final run: %s" % rec)
 
     # /home: the new volume and, underneath it, the old content: both as before.
-    state = sh("findmnt -rn -o SOURCE,FSTYPE /home; awk '$2 == \"/home\"' /etc/fstab; "
-               "blkid -p -o value -s UUID /dev/data/home; "
-               "python3 -c 'import json; print(json.load(open(\"/home/.kunlun-carry-over.json\"))[\"phase\"])'; "
-               "findmnt -rn /mnt/kunlun-carry-home || echo staging-gone; pgrep -x rsync || echo no-rsync").stdout
+    state = sh(
+        "findmnt -rn -o SOURCE,FSTYPE /home; awk '$2 == \"/home\"' /etc/fstab; "
+        "blkid -p -o value -s UUID /dev/data/home; "
+        'python3 -c \'import json; print(json.load(open("/home/.kunlun-carry-over.json"))["phase"])\'; '
+        "findmnt -rn /mnt/kunlun-carry-home || echo staging-gone; pgrep -x rsync || echo no-rsync"
+    ).stdout
     lines = state.splitlines()
     uuid = lines[2]
     assert lines[0].endswith(" xfs"), state
@@ -218,7 +275,9 @@ def test_sigkill_at_every_phase_then_rerun_loses_nothing(seeded_host, tmp_path):
 
     print("FAULT SUMMARY (%d points, %.0f s):" % (len(OUTCOMES), time.time() - t0))
     for o in OUTCOMES:
-        print("  %-11s %-15s %-12s reached=%s rc=%s seen=%s" % (o["stage"], o["point"], o["victim"], o["reached"],
-                                                              o["playbook_rc"], o["seen"]))
+        print(
+            "  %-11s %-15s %-12s reached=%s rc=%s seen=%s"
+            % (o["stage"], o["point"], o["victim"], o["reached"], o["playbook_rc"], o["seen"])
+        )
     assert sum(1 for o in OUTCOMES if o["stage"] == "storage.yml") >= 5
     assert sum(1 for o in OUTCOMES if o["stage"] == "engine.yml") >= 5

@@ -63,7 +63,8 @@ def test_check_diff_changes_nothing_and_predicts_the_real_run(fresh_host):
         handlers |= notified
     after = snapshot()
     assert after == before, "check mode changed the host:\n%s" % "\n".join(
-        sorted(set(before.splitlines()) ^ set(after.splitlines())))
+        sorted(set(before.splitlines()) ^ set(after.splitlines()))
+    )
 
     made, unchanged = set(), set()
     for name in ("storage.yml", "engine.yml"):
@@ -77,10 +78,12 @@ def test_check_diff_changes_nothing_and_predicts_the_real_run(fresh_host):
     unannounced = made - predicted - set(UNPREDICTABLE)
     assert not unannounced, "the real run changed tasks check mode did not announce: %s" % sorted(unannounced)
     # the carry-overs, the volume and the engine's configuration are among them
-    for task in ("storage : Build | Carry the content of the mount point onto the volume, verify, then mount it there",
-                 "storage : Build | Volume group on the data disks (PVs are only ever added)",
-                 "engine : Engine | Copy the old data-root to the new one and verify it (the old one is kept)",
-                 "engine : Engine | daemon.json with the project's keys merged in (the operator's keys kept)"):
+    for task in (
+        "storage : Build | Carry the content of the mount point onto the volume, verify, then mount it there",
+        "storage : Build | Volume group on the data disks (PVs are only ever added)",
+        "engine : Engine | Copy the old data-root to the new one and verify it (the old one is kept)",
+        "engine : Engine | daemon.json with the project's keys merged in (the operator's keys kept)",
+    ):
         assert task in predicted and task in made, task
     # What check mode announced and the real run did not change may only be what a real run
     # never runs as such (check mode's own "(check mode)" stand-ins) or a handler (notified by

@@ -1,6 +1,7 @@
 """promtool for the monitoring tests: scripts/install-system-deps.sh puts Debian's in
 /usr/local/bin (no Prometheus server on the controller). Missing, a test fails with the fix;
 it never skips."""
+
 import os
 import shutil
 

@@ -14,40 +14,88 @@ from kunlun_fleet.bench import report, results
 RAW = Path(__file__).resolve().parents[1] / "bench" / "fixtures" / "raw.json"
 
 
-def point(target, kind, conc, tok_s=1000.0, decode=35.0, failed=0, requests=100, valid=True, client_bound=False,
-          servers=None, ttft_p99=500.0):
+def point(
+    target,
+    kind,
+    conc,
+    tok_s=1000.0,
+    decode=35.0,
+    failed=0,
+    requests=100,
+    valid=True,
+    client_bound=False,
+    servers=None,
+    ttft_p99=500.0,
+):
     completed = requests - failed
     out = int(tok_s * 10)
     return {
         "label": "%s-%s" % (target, "single" if kind == "single" else ("long" if kind == "long" else "c%d" % conc)),
-        "target": target, "kind": kind, "concurrency": conc, "measured": True, "valid": valid,
-        "validity": "within 3.0%" if valid else "client counted 10 output tokens, the servers 20 (-50.0%, more than 3.0%)",
-        "diff_pct": 0.0 if valid else -50.0, "server_output_tokens": out if valid else 2 * out,
-        "servers": servers or {}, "settings": {"isl": 32768 if kind == "long" else 512},
+        "target": target,
+        "kind": kind,
+        "concurrency": conc,
+        "measured": True,
+        "valid": valid,
+        "validity": "within 3.0%"
+        if valid
+        else "client counted 10 output tokens, the servers 20 (-50.0%, more than 3.0%)",
+        "diff_pct": 0.0 if valid else -50.0,
+        "server_output_tokens": out if valid else 2 * out,
+        "servers": servers or {},
+        "settings": {"isl": 32768 if kind == "long" else 512},
         "load_generator": {"client_bound": client_bound, "cores_used": 0.5},
-        "aiperf_rc": 0, "aiperf_tail": [],
-        "client": {"requests": requests, "completed": completed, "failed": failed,
-                   "errors": {"502 Bad Gateway: upstream gone": failed} if failed else {},
-                   "output_tokens": out, "duration_s": 10.0, "output_tok_s": tok_s, "requests_per_s": 2.0,
-                   "decode_tok_s": decode, "ttft_ms": {"mean": 100.0, "p50": 80.0, "p90": 200.0, "p99": ttft_p99},
-                   "tpot_ms": {"mean": 1000.0 / decode, "p50": 28.0, "p90": 30.0, "p99": 40.0},
-                   "itl_ms": {"mean": 28.0, "p50": 28.0, "p90": 30.0, "p99": 50.0}},
+        "aiperf_rc": 0,
+        "aiperf_tail": [],
+        "client": {
+            "requests": requests,
+            "completed": completed,
+            "failed": failed,
+            "errors": {"502 Bad Gateway: upstream gone": failed} if failed else {},
+            "output_tokens": out,
+            "duration_s": 10.0,
+            "output_tok_s": tok_s,
+            "requests_per_s": 2.0,
+            "decode_tok_s": decode,
+            "ttft_ms": {"mean": 100.0, "p50": 80.0, "p90": 200.0, "p99": ttft_p99},
+            "tpot_ms": {"mean": 1000.0 / decode, "p50": 28.0, "p90": 30.0, "p99": 40.0},
+            "itl_ms": {"mean": 28.0, "p50": 28.0, "p90": 30.0, "p99": 50.0},
+        },
     }
 
 
 def raw(points, hosts=("h1", "h2")):
-    return {"meta": {"hosts": list(hosts), "host_count": len(hosts), "inventory_host_count": len(hosts),
-                     "started_utc": "20260101T000000Z", "model": "m", "fleet_url": "http://gw:8080", "images": {},
-                     "stack": {"vllm": "0.15.1"}, "serving": {"max_num_seqs": 256}},
-            "settings": {"concurrency": [1, 1024], "host_concurrency": [1, 1024], "tolerance_pct": 3.0,
-                         "max_failed_pct": 0.0, "isl": 512, "osl": 512},
-            "targets": {"single_stream_tok_s": 30.0, "fleet_output_tok_s": 5000.0, "fleet_min_concurrency": 1000},
-            "plan_demands": [{"concurrency": 1000, "ttft_p99_s": 2}], "points": points}
+    return {
+        "meta": {
+            "hosts": list(hosts),
+            "host_count": len(hosts),
+            "inventory_host_count": len(hosts),
+            "started_utc": "20260101T000000Z",
+            "model": "m",
+            "fleet_url": "http://gw:8080",
+            "images": {},
+            "stack": {"vllm": "0.15.1"},
+            "serving": {"max_num_seqs": 256},
+        },
+        "settings": {
+            "concurrency": [1, 1024],
+            "host_concurrency": [1, 1024],
+            "tolerance_pct": 3.0,
+            "max_failed_pct": 0.0,
+            "isl": 512,
+            "osl": 512,
+        },
+        "targets": {"single_stream_tok_s": 30.0, "fleet_output_tok_s": 5000.0, "fleet_min_concurrency": 1000},
+        "plan_demands": [{"concurrency": 1000, "ttft_p99_s": 2}],
+        "points": points,
+    }
 
 
 def healthy():
-    pts = [point("fleet", "single", 1, tok_s=30, decode=35), point("fleet", "sweep", 1024, tok_s=6200),
-           point("fleet", "long", 16, requests=16)]
+    pts = [
+        point("fleet", "single", 1, tok_s=30, decode=35),
+        point("fleet", "sweep", 1024, tok_s=6200),
+        point("fleet", "long", 16, requests=16),
+    ]
     for h in ("h1", "h2"):
         pts += [point(h, "single", 1, tok_s=30, decode=35), point(h, "sweep", 1024, tok_s=3200)]
     return raw(pts)
@@ -61,8 +109,13 @@ def test_a_healthy_fleet_passes_every_gate():
     res = results.build(healthy())
     assert res["verdict"] == "PASS"
     assert {(g["gate"], g["target"]) for g in res["gates"]} >= {
-        ("single stream", "fleet"), ("fleet throughput", "fleet"), ("long context", "fleet"),
-        ("single stream", "h1"), ("single stream", "h2"), ("points valid and served", "h2")}
+        ("single stream", "fleet"),
+        ("fleet throughput", "fleet"),
+        ("long context", "fleet"),
+        ("single stream", "h1"),
+        ("single stream", "h2"),
+        ("points valid and served", "h2"),
+    }
     fleet = gate(res, "fleet throughput", "fleet")
     assert fleet["figure"] == 6200 and "6200 output tok/s at 1024 concurrent" in fleet["detail"]
 
@@ -94,8 +147,14 @@ def test_an_invalid_point_does_not_count_and_says_why():
 
 def test_a_host_failing_mid_bench_fails_the_gates_and_is_named():
     r = healthy()
-    r["points"][1] = point("fleet", "sweep", 1024, tok_s=5100, failed=12,
-                           servers={"h1": {"generation_tokens": 30000}, "h2": {"error": "URLError: refused"}})
+    r["points"][1] = point(
+        "fleet",
+        "sweep",
+        1024,
+        tok_s=5100,
+        failed=12,
+        servers={"h1": {"generation_tokens": 30000}, "h2": {"error": "URLError: refused"}},
+    )
     r["points"][-1] = point("h2", "sweep", 1024, tok_s=0, failed=100)
     res = results.build(r)
     assert res["verdict"] == "FAIL"
@@ -103,7 +162,9 @@ def test_a_host_failing_mid_bench_fails_the_gates_and_is_named():
     assert "12 of 100 requests failed" in gate(res, "fleet throughput", "fleet")["detail"]
     assert gate(res, "points valid and served", "h2")["status"] == "FAIL"
     assert gate(res, "points valid and served", "h1")["status"] == "PASS"
-    assert res["hosts"]["h2"]["failed_requests"] == 100 and res["hosts"]["h2"]["fleet_counter_errors"] == ["fleet-c1024"]
+    assert res["hosts"]["h2"]["failed_requests"] == 100 and res["hosts"]["h2"]["fleet_counter_errors"] == [
+        "fleet-c1024"
+    ]
     assert res["hosts"]["h1"]["fleet_share_tokens"] == 30000
     rows = report.error_rows(res)
     assert ["fleet-c1024", "h2", "-", "counters unreadable: URLError: refused"] in rows

@@ -28,7 +28,9 @@ def test_concurrency_with_a_ttft_limit():
     c = 5000 / a["hosts"]
     assert plan.interpolate(CURVE, c)[1] <= 2.0
     assert plan.interpolate(CURVE, 5000 / (a["hosts"] - 1))[1] > 2.0
-    assert a["binding"] == "TTFT p99" and a["fleet_output_tok_s"] == pytest.approx(a["hosts"] * plan.interpolate(CURVE, c)[0], rel=1e-3)
+    assert a["binding"] == "TTFT p99" and a["fleet_output_tok_s"] == pytest.approx(
+        a["hosts"] * plan.interpolate(CURVE, c)[0], rel=1e-3
+    )
     assert "5000 concurrent requests, TTFT p99 <= 2 s: %d hosts" % a["hosts"] in plan.describe(a)
 
 
@@ -72,14 +74,31 @@ def results_of(host_curve, fleet=(), hosts=("h1", "h2", "h3")):
     points = []
     for h in hosts:
         for c, t, f in host_curve:
-            points.append({"label": "%s-c%d" % (h, c), "target": h, "kind": "single" if c == 1 else "sweep",
-                           "concurrency": c, "counts": True,
-                           "client": {"output_tok_s": t, "ttft_ms": {"p99": f * 1000}}})
+            points.append(
+                {
+                    "label": "%s-c%d" % (h, c),
+                    "target": h,
+                    "kind": "single" if c == 1 else "sweep",
+                    "concurrency": c,
+                    "counts": True,
+                    "client": {"output_tok_s": t, "ttft_ms": {"p99": f * 1000}},
+                }
+            )
     for c, t, f in fleet:
-        points.append({"label": "fleet-c%d" % c, "target": "fleet", "kind": "single" if c == 1 else "sweep",
-                       "concurrency": c, "counts": True, "client": {"output_tok_s": t, "ttft_ms": {"p99": f * 1000}}})
-    return {"meta": {"hosts": list(hosts), "host_count": len(hosts), "inventory_host_count": len(hosts)},
-            "points": points}
+        points.append(
+            {
+                "label": "fleet-c%d" % c,
+                "target": "fleet",
+                "kind": "single" if c == 1 else "sweep",
+                "concurrency": c,
+                "counts": True,
+                "client": {"output_tok_s": t, "ttft_ms": {"p99": f * 1000}},
+            }
+        )
+    return {
+        "meta": {"hosts": list(hosts), "host_count": len(hosts), "inventory_host_count": len(hosts)},
+        "points": points,
+    }
 
 
 # The run of issue #29: per host only the single stream (bench_host_concurrency: [1]),
@@ -131,7 +150,8 @@ def test_the_report_section_says_what_each_curve_covers():
     section = plan.plan_section(results_of(ONE_POINT, FLEET_1024), [{"output_tok_s": 5000}])
     assert section["per_host_extent"].startswith("one point, 1 concurrent")
     assert section["fleet_hosts"] == 3 and section["fleet_curve"] == [
-        {"concurrency": 341.3, "output_tok_s": 2022.7, "ttft_p99_s": 1.6}]
+        {"concurrency": 341.3, "output_tok_s": 2022.7, "ttft_p99_s": 1.6}
+    ]
     assert section["answers"][0]["text"].startswith("5000 output tok/s: at most 3 hosts")
 
 
@@ -144,11 +164,26 @@ def _results_file(tmp_path):
     points = []
     for h in ("h1", "h2"):
         for c, t, f in CURVE:
-            points.append({"label": "%s-c%d" % (h, c), "target": h, "kind": "single" if c == 1 else "sweep",
-                           "concurrency": c, "counts": True,
-                           "client": {"output_tok_s": t, "ttft_ms": {"p99": f * 1000}}})
-    points.append({"label": "h1-c4096", "target": "h1", "kind": "sweep", "concurrency": 4096, "counts": False,
-                   "client": {"output_tok_s": 99999.0, "ttft_ms": {"p99": 1.0}}})
+            points.append(
+                {
+                    "label": "%s-c%d" % (h, c),
+                    "target": h,
+                    "kind": "single" if c == 1 else "sweep",
+                    "concurrency": c,
+                    "counts": True,
+                    "client": {"output_tok_s": t, "ttft_ms": {"p99": f * 1000}},
+                }
+            )
+    points.append(
+        {
+            "label": "h1-c4096",
+            "target": "h1",
+            "kind": "sweep",
+            "concurrency": 4096,
+            "counts": False,
+            "client": {"output_tok_s": 99999.0, "ttft_ms": {"p99": 1.0}},
+        }
+    )
     run = tmp_path / "reports" / "bench-20260101T000000Z"
     run.mkdir(parents=True)
     (run / "results.json").write_text(json.dumps({"meta": {"hosts": ["h1", "h2"]}, "points": points}))

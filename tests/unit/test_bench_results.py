@@ -58,15 +58,20 @@ def test_summary_uses_vllm_bench_serve_definitions():
     assert s["output_tok_s"] == pytest.approx(384 / ((end - start) / 1e9))
     assert s["requests_per_s"] == pytest.approx(3 / ((end - start) / 1e9))
     # TPOT = (latency - TTFT) / (tokens - 1), per request
-    tpots = sorted((lat - ttft) / 127 for lat, ttft in ((7789.154579, 124.184342), (7824.0089689999995, 965.943983),
-                                                       (7814.548232, 954.5377629999999)))
+    tpots = sorted(
+        (lat - ttft) / 127
+        for lat, ttft in ((7789.154579, 124.184342), (7824.0089689999995, 965.943983), (7814.548232, 954.5377629999999))
+    )
     assert s["tpot_ms"]["p50"] == pytest.approx(tpots[1])
     assert s["tpot_ms"]["mean"] == pytest.approx(sum(tpots) / 3)
     assert s["decode_tok_s"] == pytest.approx(1000 / (sum(tpots) / 3))
     assert s["ttft_ms"]["p50"] == pytest.approx(954.5377629999999)
     # ITL pools every chunk gap of every completed request (5 each in the fixture)
-    assert s["itl_ms"]["p99"] == pytest.approx(br.percentile(
-        [g for r in br.read_records(str(FIX / "profile_export.jsonl")) if r["ok"] for g in r["itl_ms"]], 99))
+    assert s["itl_ms"]["p99"] == pytest.approx(
+        br.percentile(
+            [g for r in br.read_records(str(FIX / "profile_export.jsonl")) if r["ok"] for g in r["itl_ms"]], 99
+        )
+    )
 
 
 def test_summary_of_nothing_is_zero_not_an_error(tmp_path):
@@ -94,9 +99,18 @@ def test_counters_missing_from_an_answer():
     assert br.counter_delta(c, c)["generation_tokens"] is None
 
 
-@pytest.mark.parametrize("usage, server, valid", [
-    (1000, 1000, True), (1030, 1000, True), (970, 1000, True),
-    (1031, 1000, False), (969, 1000, False), (0, 0, True), (10, None, False)])
+@pytest.mark.parametrize(
+    "usage, server, valid",
+    [
+        (1000, 1000, True),
+        (1030, 1000, True),
+        (970, 1000, True),
+        (1031, 1000, False),
+        (969, 1000, False),
+        (0, 0, True),
+        (10, None, False),
+    ],
+)
 def test_agreement_within_three_percent(usage, server, valid):
     ok, diff, why = br.agreement(usage, server, 3.0)
     assert ok is valid
@@ -110,16 +124,25 @@ def record(usage, retokenized, prompt=512, ok=True):
     """One aiperf 0.13 profile_export.jsonl record (the fields the bench reads), as it
     exports a request whose usage chunk said `usage` completion tokens and whose text its
     tokenizer counted as `retokenized` (usage None: a response without usage)."""
-    metrics = {"time_to_first_token": {"value": 40.0, "unit": "ms"},
-               "request_latency": {"value": 40.0 + 20.0 * max((usage or retokenized) - 1, 0), "unit": "ms"},
-               "output_sequence_length": {"value": retokenized, "unit": "tokens"},
-               "input_sequence_length": {"value": prompt, "unit": "tokens"},
-               "inter_chunk_latency": {"value": [20.0, 20.0], "unit": "ms"}}
+    metrics = {
+        "time_to_first_token": {"value": 40.0, "unit": "ms"},
+        "request_latency": {"value": 40.0 + 20.0 * max((usage or retokenized) - 1, 0), "unit": "ms"},
+        "output_sequence_length": {"value": retokenized, "unit": "tokens"},
+        "input_sequence_length": {"value": prompt, "unit": "tokens"},
+        "inter_chunk_latency": {"value": [20.0, 20.0], "unit": "ms"},
+    }
     if usage is not None:
         metrics["usage_completion_tokens"] = {"value": usage, "unit": "tokens"}
         metrics["usage_prompt_tokens"] = {"value": prompt, "unit": "tokens"}
-    rec = {"metadata": {"benchmark_phase": "profiling", "request_start_ns": 1_000_000_000,
-                        "request_end_ns": 11_000_000_000, "was_cancelled": False}, "metrics": metrics}
+    rec = {
+        "metadata": {
+            "benchmark_phase": "profiling",
+            "request_start_ns": 1_000_000_000,
+            "request_end_ns": 11_000_000_000,
+            "was_cancelled": False,
+        },
+        "metrics": metrics,
+    }
     if not ok:
         rec["error"] = {"code": 502, "type": "Bad Gateway", "message": "upstream gone"}
     return rec
@@ -141,8 +164,9 @@ def summary(records, tmp_path):
 
 
 @pytest.mark.parametrize("records, retokenized, usage", [(REAL_C1, 639, 512), (REAL_C32, 13074, 8192)])
-def test_real_engine_point_is_valid_on_usage_and_counters_not_the_retokenized_count(records, retokenized, usage,
-                                                                                   tmp_path):
+def test_real_engine_point_is_valid_on_usage_and_counters_not_the_retokenized_count(
+    records, retokenized, usage, tmp_path
+):
     s = summary(records, tmp_path)
     assert s["retokenized_output_tokens"] == retokenized and s["usage_output_tokens"] == usage
     # the figures are the usage's, as vllm bench serve counts them: TPOT over 255 gaps, not the re-tokenized
@@ -188,18 +212,44 @@ def test_with_server_token_counts_there_is_no_retokenized_count(tmp_path):
     assert br.validity(s, 256, 512, 3.0)["retokenized_diff_pct"] is None
 
 
-@pytest.mark.parametrize("points, parallel, streams", [
-    ([], 8, 0),
-    # fleet points only (bench_host_concurrency: [])
-    ([{"target": "fleet", "concurrency": 1}, {"target": "fleet", "concurrency": 1024},
-      {"target": "fleet", "concurrency": 16}], 8, 1024),
-    # hosts only: three hosts at 256 at once beat one at 512
-    ([{"target": "h1", "concurrency": 256}, {"target": "h2", "concurrency": 256}, {"target": "h3", "concurrency": 256},
-      {"target": "fleet", "concurrency": 512}], 8, 768),
-    # two at a time: the two largest host maxima
-    ([{"target": "h1", "concurrency": 256}, {"target": "h2", "concurrency": 64}, {"target": "h3", "concurrency": 128},
-      {"target": "h1", "concurrency": 1}], 2, 384),
-])
+@pytest.mark.parametrize(
+    "points, parallel, streams",
+    [
+        ([], 8, 0),
+        # fleet points only (bench_host_concurrency: [])
+        (
+            [
+                {"target": "fleet", "concurrency": 1},
+                {"target": "fleet", "concurrency": 1024},
+                {"target": "fleet", "concurrency": 16},
+            ],
+            8,
+            1024,
+        ),
+        # hosts only: three hosts at 256 at once beat one at 512
+        (
+            [
+                {"target": "h1", "concurrency": 256},
+                {"target": "h2", "concurrency": 256},
+                {"target": "h3", "concurrency": 256},
+                {"target": "fleet", "concurrency": 512},
+            ],
+            8,
+            768,
+        ),
+        # two at a time: the two largest host maxima
+        (
+            [
+                {"target": "h1", "concurrency": 256},
+                {"target": "h2", "concurrency": 64},
+                {"target": "h3", "concurrency": 128},
+                {"target": "h1", "concurrency": 1},
+            ],
+            2,
+            384,
+        ),
+    ],
+)
 def test_concurrent_streams_from_the_points(points, parallel, streams):
     assert br.concurrent_streams(points, parallel)[0] == streams
 
@@ -224,14 +274,21 @@ def test_client_load_flags_a_saturated_client():
 
 
 def test_aiperf_config_keeps_the_key_out():
-    env = br.aiperf_config("http://gw:8080", "m", "/tok", 256, 512, 128, "/out", duration=30, grace=600,
-                           timeout=600, workers=8, seed=3)
+    env = br.aiperf_config(
+        "http://gw:8080", "m", "/tok", 256, 512, 128, "/out", duration=30, grace=600, timeout=600, workers=8, seed=3
+    )
     text = json.dumps(env)
     assert env["random_seed"] == 3
     cfg = env["benchmark"]
     assert cfg["endpoint"]["api_key"] == "${KF_BENCH_API_KEY}"
-    assert cfg["phases"][0] == {"name": "profiling", "kind": "profiling", "type": "concurrency",
-                                "concurrency": 256, "duration": 30.0, "grace_period": 600.0}
+    assert cfg["phases"][0] == {
+        "name": "profiling",
+        "kind": "profiling",
+        "type": "concurrency",
+        "concurrency": 256,
+        "duration": 30.0,
+        "grace_period": 600.0,
+    }
     assert cfg["endpoint"]["extra"]["ignore_eos"] is True and cfg["endpoint"]["streaming"] is True
     assert cfg["runtime"]["workers"] == 8 and cfg["datasets"][0]["entries"] == 512
     # vllm bench's random dataset: tokens from the vocabulary, unless another corpus is asked for
@@ -242,8 +299,9 @@ def test_aiperf_config_keeps_the_key_out():
     assert env["benchmark"]["endpoint"]["extra"]["stream_options"] == {"include_usage": True}
     served = br.aiperf_config("http://gw:8080", "m", "/tok", 1, 512, 128, "/out", requests=3, retokenize=False)
     assert served["benchmark"]["endpoint"]["use_server_token_count"] is True
-    one = br.aiperf_config("http://h:8000", "m", "/tok", 1, 512, 128, "/out", requests=3, workers=2,
-                           api_key=False)["benchmark"]
+    one = br.aiperf_config("http://h:8000", "m", "/tok", 1, 512, 128, "/out", requests=3, workers=2, api_key=False)[
+        "benchmark"
+    ]
     assert one["runtime"]["workers"] == 1 and one["phases"][0]["requests"] == 3 and "api_key" not in one["endpoint"]
     prose = br.aiperf_config("http://h:8000", "m", "/tok", 1, 512, 128, "/out", requests=3, corpus="sonnet")
     assert prose["benchmark"]["datasets"][0]["prompts"]["corpus"] == "sonnet"
@@ -292,9 +350,20 @@ def test_fd_module_refuses_above_the_hard_limit_with_the_fix():
 def test_bench_point_check_mode_measures_nothing(tmp_path):
     import bench_point
 
-    failed, r = _run(bench_point, {"aiperf": "/nonexistent/aiperf", "url": "http://127.0.0.1:9", "model": "m",
-                                   "tokenizer": str(tmp_path), "api_key": "sk-never-used", "concurrency": 64,
-                                   "artifact_dir": str(tmp_path / "out"), "label": "fleet-c64"}, check_mode=True)
+    failed, r = _run(
+        bench_point,
+        {
+            "aiperf": "/nonexistent/aiperf",
+            "url": "http://127.0.0.1:9",
+            "model": "m",
+            "tokenizer": str(tmp_path),
+            "api_key": "sk-never-used",
+            "concurrency": 64,
+            "artifact_dir": str(tmp_path / "out"),
+            "label": "fleet-c64",
+        },
+        check_mode=True,
+    )
     assert not failed and r["measured"] is False and r["changed"] is False
     assert r["msg"] == "check mode: bench point fleet-c64 measures nothing (no load, no counters read)"
     assert not (tmp_path / "out").exists()
@@ -303,9 +372,17 @@ def test_bench_point_check_mode_measures_nothing(tmp_path):
 def test_bench_point_refuses_a_missing_load_generator_with_the_fix(tmp_path):
     import bench_point
 
-    failed, r = _run(bench_point, {"aiperf": str(tmp_path / "aiperf"), "url": "http://127.0.0.1:9", "model": "m",
-                                   "tokenizer": str(tmp_path), "concurrency": 1,
-                                   "artifact_dir": str(tmp_path / "out")})
+    failed, r = _run(
+        bench_point,
+        {
+            "aiperf": str(tmp_path / "aiperf"),
+            "url": "http://127.0.0.1:9",
+            "model": "m",
+            "tokenizer": str(tmp_path),
+            "concurrency": 1,
+            "artifact_dir": str(tmp_path / "out"),
+        },
+    )
     assert failed and "Fix: make bench-setup" in r["msg"]
 
 
@@ -353,18 +430,33 @@ def replayed_point(tmp_path, records, generation_delta, prompt_delta, **args):
     export = tmp_path / "export.jsonl"
     export.write_text("".join(json.dumps(r) + "\n" for r in records))
     aiperf = tmp_path / "aiperf"
-    aiperf.write_text("#!/bin/sh\n# aiperf profile --config FILE, run in the point's directory\n"
-                      "cp '%s' profile_export.jsonl && cp '%s' '%s'\n" % (export, after, metrics))
+    aiperf.write_text(
+        "#!/bin/sh\n# aiperf profile --config FILE, run in the point's directory\n"
+        "cp '%s' profile_export.jsonl && cp '%s' '%s'\n" % (export, after, metrics)
+    )
     aiperf.chmod(0o755)
     tok = tmp_path / "tok"
     tok.mkdir()
     (tok / "tokenizer.json").write_text("{}")
     server = CounterServer(metrics)
     try:
-        failed, r = _run(bench_point, dict({
-            "aiperf": str(aiperf), "url": "http://127.0.0.1:9", "model": "m", "tokenizer": str(tok),
-            "concurrency": 32, "requests": len(records), "metrics": [{"host": "h1", "url": server.url}],
-            "artifact_dir": str(tmp_path / "point"), "label": "h1-c32"}, **args))
+        failed, r = _run(
+            bench_point,
+            dict(
+                {
+                    "aiperf": str(aiperf),
+                    "url": "http://127.0.0.1:9",
+                    "model": "m",
+                    "tokenizer": str(tok),
+                    "concurrency": 32,
+                    "requests": len(records),
+                    "metrics": [{"host": "h1", "url": server.url}],
+                    "artifact_dir": str(tmp_path / "point"),
+                    "label": "h1-c32",
+                },
+                **args,
+            ),
+        )
     finally:
         server.stop()
     assert not failed, r
@@ -409,7 +501,10 @@ def test_the_bench_modules_document_what_they_take(monkeypatch):
 
     doc, spec = documented_spec(monkeypatch, bench_point)
     assert "retokenize" in doc["options"] and set(yaml.safe_load(bench_point.RETURN)) >= {
-        "server_prompt_tokens", "prompt_diff_pct", "retokenized_diff_pct"}
+        "server_prompt_tokens",
+        "prompt_diff_pct",
+        "retokenized_diff_pct",
+    }
     fd = yaml.safe_load(bench_fd_limit.DOCUMENTATION)
     assert set(fd["options"]) == {"concurrency", "points", "host_parallel", "headroom"}
     assert yaml.safe_load(bench_fd_limit.EXAMPLES) and yaml.safe_load(bench_fd_limit.RETURN)["concurrency"]

@@ -22,9 +22,14 @@ def variables(**extra):
     v = {"ansible_managed": "Ansible managed"}
     v.update(yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text()))
     v.update(yaml.safe_load((ROLE / "defaults/main.yml").read_text()))
-    v.update({"ansible_play_hosts": HOSTS, "role_path": str(ROLE),
-              "bench_gateway_url": "http://10.0.0.5:8080",
-              "bench_host_urls": {h: "http://10.0.0.%d:8000" % (11 + i) for i, h in enumerate(HOSTS)}})
+    v.update(
+        {
+            "ansible_play_hosts": HOSTS,
+            "role_path": str(ROLE),
+            "bench_gateway_url": "http://10.0.0.5:8080",
+            "bench_host_urls": {h: "http://10.0.0.%d:8000" % (11 + i) for i, h in enumerate(HOSTS)},
+        }
+    )
     v.update(extra)
     return v
 
@@ -53,8 +58,15 @@ def labels(pts):
 
 def test_default_sweep_measures_the_fleet_and_every_host():
     pts = points()
-    assert labels(pts)[:7] == ["fleet-single", "fleet-c64", "fleet-c256", "fleet-c1024", "fleet-c2048",
-                               "fleet-long", "kf-node-1-single"]
+    assert labels(pts)[:7] == [
+        "fleet-single",
+        "fleet-c64",
+        "fleet-c256",
+        "fleet-c1024",
+        "fleet-c2048",
+        "fleet-long",
+        "kf-node-1-single",
+    ]
     assert {p["target"] for p in pts} == {"fleet", *HOSTS}
 
 
@@ -68,14 +80,17 @@ def test_a_host_sweep_of_one_is_each_hosts_single_stream():
     assert labels(pts) == ["fleet-single", "fleet-c1024", "fleet-long"] + ["%s-single" % h for h in HOSTS]
 
 
-@pytest.mark.parametrize("extra, streams", [
-    # kunlun-fleet bench --concurrency 1024 -e '{"bench_host_concurrency": []}' (issue #29)
-    ({"bench_concurrency": [1024], "bench_host_concurrency": []}, 1024),
-    # hosts side by side: 3 hosts at 2048 each (bench_host_parallel 8) beat the fleet's 2048
-    ({}, 3 * 2048),
-    ({"bench_host_parallel": 2}, 2 * 2048),
-    ({"bench_concurrency": [1, 64], "bench_per_host": False}, 64),
-])
+@pytest.mark.parametrize(
+    "extra, streams",
+    [
+        # kunlun-fleet bench --concurrency 1024 -e '{"bench_host_concurrency": []}' (issue #29)
+        ({"bench_concurrency": [1024], "bench_host_concurrency": []}, 1024),
+        # hosts side by side: 3 hosts at 2048 each (bench_host_parallel 8) beat the fleet's 2048
+        ({}, 3 * 2048),
+        ({"bench_host_parallel": 2}, 2 * 2048),
+        ({"bench_concurrency": [1, 64], "bench_per_host": False}, 64),
+    ],
+)
 def test_the_open_files_check_counts_the_points_that_run(extra, streams):
     args = fd_task_args(**extra)
     assert br.concurrent_streams(args["points"], int(args["host_parallel"]))[0] == streams
@@ -96,8 +111,10 @@ def test_the_open_files_module_takes_the_points():
         raise Done(kw)
 
     args = fd_task_args(bench_concurrency=[1024], bench_host_concurrency=[])
-    with patch_module_args(dict(args, _ansible_check_mode=False)), \
-            mock.patch.multiple(basic.AnsibleModule, exit_json=done, fail_json=done):
+    with (
+        patch_module_args(dict(args, _ansible_check_mode=False)),
+        mock.patch.multiple(basic.AnsibleModule, exit_json=done, fail_json=done),
+    ):
         with pytest.raises(Done) as exc:
             bench_fd_limit.main()
     r = exc.value.args[0]

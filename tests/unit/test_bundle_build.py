@@ -24,8 +24,20 @@ from kunlun_fleet.sim import bundle as sim
 from kunlun_fleet.sim.artifacts.wheel import build_wheel
 
 PINS = product.load_pins()
-KEYS = ["driver", "torch", "kunlun_ops", "triton", "xspeedgate_ops", "cocopod", "vllm", "vllm_kunlun",
-        "transformers", "base_image", "model", "gateway_router"]
+KEYS = [
+    "driver",
+    "torch",
+    "kunlun_ops",
+    "triton",
+    "xspeedgate_ops",
+    "cocopod",
+    "vllm",
+    "vllm_kunlun",
+    "transformers",
+    "base_image",
+    "model",
+    "gateway_router",
+]
 
 
 def standin_pins():
@@ -48,12 +60,30 @@ def docker_save(path, tags):
 def make_index(path):
     """Stand-ins of the package index's pinned files (and the router's dependency)."""
     sim.build_vllm_wheel(PINS, str(path))
-    build_wheel(str(path / "transformers-5.2.0-py3-none-any.whl"), "transformers", "5.2.0",
-                {"transformers/__init__.py": b"__version__ = '5.2.0'\n"}, "py3-none-any", purelib=True)
-    build_wheel(str(path / "vllm_router-0.1.17-cp38-abi3-manylinux_2_28_x86_64.whl"), "vllm-router", "0.1.17",
-                {"vllm_router/__init__.py": b""}, "cp38-abi3-manylinux_2_28_x86_64", requires=("tinydep>=1",))
-    build_wheel(str(path / "tinydep-1.0-py3-none-any.whl"), "tinydep", "1.0", {"tinydep/__init__.py": b""},
-                "py3-none-any", purelib=True)
+    build_wheel(
+        str(path / "transformers-5.2.0-py3-none-any.whl"),
+        "transformers",
+        "5.2.0",
+        {"transformers/__init__.py": b"__version__ = '5.2.0'\n"},
+        "py3-none-any",
+        purelib=True,
+    )
+    build_wheel(
+        str(path / "vllm_router-0.1.17-cp38-abi3-manylinux_2_28_x86_64.whl"),
+        "vllm-router",
+        "0.1.17",
+        {"vllm_router/__init__.py": b""},
+        "cp38-abi3-manylinux_2_28_x86_64",
+        requires=("tinydep>=1",),
+    )
+    build_wheel(
+        str(path / "tinydep-1.0-py3-none-any.whl"),
+        "tinydep",
+        "1.0",
+        {"tinydep/__init__.py": b""},
+        "py3-none-any",
+        purelib=True,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -75,22 +105,31 @@ def sources(tmp_path_factory):
 
 def build(tmp_path, out, vendor, index, pins=None, **kw):
     lines = []
-    rc, builder = product.build(str(out), vendor=str(vendor), find_links=[str(index)], no_index=True,
-                                pins=pins or standin_pins(), cache_path=str(tmp_path / "sums.json"),
-                                log=lines.append, **kw)
+    rc, builder = product.build(
+        str(out),
+        vendor=str(vendor),
+        find_links=[str(index)],
+        no_index=True,
+        pins=pins or standin_pins(),
+        cache_path=str(tmp_path / "sums.json"),
+        log=lines.append,
+        **kw,
+    )
     return rc, builder, "\n".join(lines)
 
 
 def check(out, tmp_path, pins=None, **kw):
     lines = []
-    rc = product.check(str(out), pins=pins or standin_pins(), cache_path=str(tmp_path / "sums.json"),
-                       log=lines.append, **kw)
+    rc = product.check(
+        str(out), pins=pins or standin_pins(), cache_path=str(tmp_path / "sums.json"), log=lines.append, **kw
+    )
     return rc, "\n".join(lines)
 
 
 def snapshot(out):
-    return {str(p.relative_to(out)): (p.stat().st_ino, p.stat().st_mtime_ns)
-            for p in sorted(out.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(out)): (p.stat().st_ino, p.stat().st_mtime_ns) for p in sorted(out.rglob("*")) if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -133,9 +172,12 @@ def test_a_build_from_the_vendor_files_is_complete_and_passes_the_check(built, s
     assert vk["commit"] == sim.VLLM_KUNLUN_COMMIT_IDS["4885de2"] and vk["commit_from"] == "git archive"
     assert vk["declared"] == {"pyproject.toml": "0.15.1.dev0", "setup.py": "0.15.1"}
     assert vk["top_dir"] == "vLLM-Kunlun-4885de2"
-    assert "note: vllm_kunlun: commit %s (git archive's pax header); it declares 0.15.1.dev0 (pyproject.toml), " \
-           "0.15.1 (setup.py) (shown, not compared); its tree is in vLLM-Kunlun-4885de2/" \
-           % sim.VLLM_KUNLUN_COMMIT_IDS["4885de2"] in built["text"]
+    assert (
+        "note: vllm_kunlun: commit %s (git archive's pax header); it declares 0.15.1.dev0 (pyproject.toml), "
+        "0.15.1 (setup.py) (shown, not compared); its tree is in vLLM-Kunlun-4885de2/"
+        % sim.VLLM_KUNLUN_COMMIT_IDS["4885de2"]
+        in built["text"]
+    )
     assert index["artifacts"]["torch"]["version"] == "2.5.1"
     assert index["artifacts"]["base_image"]["repo_tags"] == [PINS["kunlun_stack_base_image"]]
     assert "bundle.yml" in manifest and "MANIFEST.sha256" not in manifest
@@ -164,13 +206,22 @@ def test_a_vendor_wheel_of_another_version_is_refused(sources, tmp_path):
     vendor = tmp_path / "vendor"
     shutil.copytree(sources["vendor"], vendor)
     (vendor / "kunlun_ops-0.1.58+ee39020a-cp310-cp310-linux_x86_64.whl").unlink()
-    build_wheel(str(vendor / "kunlun_ops-0.1.57-cp310-cp310-linux_x86_64.whl"), "kunlun_ops", "0.1.57",
-                {"kunlun_ops/__init__.py": b""}, "cp310-cp310-linux_x86_64")
+    build_wheel(
+        str(vendor / "kunlun_ops-0.1.57-cp310-cp310-linux_x86_64.whl"),
+        "kunlun_ops",
+        "0.1.57",
+        {"kunlun_ops/__init__.py": b""},
+        "cp310-cp310-linux_x86_64",
+    )
     rc, builder, text = build(tmp_path, tmp_path / "bundle", vendor, sources["index"])
     assert rc == product.WRONG, text
     row = [line for line in text.splitlines() if line.startswith("kunlun_ops ")][0]
-    for needle in ("WRONG", str(vendor / "kunlun_ops-0.1.57-cp310-cp310-linux_x86_64.whl"), "kunlun_ops 0.1.57",
-                   "the pin is 0.1.58+ee39020a"):
+    for needle in (
+        "WRONG",
+        str(vendor / "kunlun_ops-0.1.57-cp310-cp310-linux_x86_64.whl"),
+        "kunlun_ops 0.1.57",
+        "the pin is 0.1.58+ee39020a",
+    ):
         assert needle in row, row
     assert "kunlun_ops" not in index_of(tmp_path / "bundle")["artifacts"]
     assert not list((tmp_path / "bundle" / "wheels").glob("kunlun_ops-*"))
@@ -183,8 +234,9 @@ def test_a_missing_driver_installer_is_named_with_where_it_comes_from(sources, t
     rc, builder, text = build(tmp_path, tmp_path / "bundle", vendor, sources["index"])
     assert rc == product.INCOMPLETE, text
     row = [line for line in text.splitlines() if line.startswith("driver ")][0]
-    assert "MISSING" in row and \
-        "--vendor: the XRE driver installer xre-Linux-x86_64-5.0.21.26.run from Kunlunxin" in row, row
+    assert (
+        "MISSING" in row and "--vendor: the XRE driver installer xre-Linux-x86_64-5.0.21.26.run from Kunlunxin" in row
+    ), row
     assert "INCOMPLETE: 1 missing, 0 wrong (exit 2)" in text
     rc, text = check(tmp_path / "bundle", tmp_path)
     assert rc == product.ERROR
@@ -203,10 +255,14 @@ def test_an_installer_source_or_image_that_is_not_the_pin_s_is_refused(sources, 
     assert rc == product.WRONG, text
     rows = {line.split()[0]: line for line in text.splitlines() if " WRONG " in line}
     assert "its header says version 5.0.21.10, the pin is 5.0.21.26" in rows["driver"]
-    assert "is commit %s (git archive's pax header; vllm-kunlun declaring 0.25.1.dev0 (pyproject.toml), 0.15.1 " \
-           "(setup.py)), the pin is 4885de2" % sim.VLLM_KUNLUN_COMMIT_IDS["2fda97b"] in rows["vllm_kunlun"]
-    assert "holds docker.int.aoripus.com/vllm-kunlun-exp:other, not %s" % PINS["kunlun_stack_base_image"] \
+    assert (
+        "is commit %s (git archive's pax header; vllm-kunlun declaring 0.25.1.dev0 (pyproject.toml), 0.15.1 "
+        "(setup.py)), the pin is 4885de2" % sim.VLLM_KUNLUN_COMMIT_IDS["2fda97b"] in rows["vllm_kunlun"]
+    )
+    assert (
+        "holds docker.int.aoripus.com/vllm-kunlun-exp:other, not %s" % PINS["kunlun_stack_base_image"]
         in rows["base_image"]
+    )
 
 
 def test_the_index_s_sha256_is_enforced(sources, tmp_path):
@@ -240,7 +296,7 @@ def test_an_index_entry_whose_file_says_otherwise_is_refused(built, tmp_path):
     rc, text = check(out, tmp_path)
     assert rc == product.ERROR
     assert "BAD  %s: its METADATA says it is kunlun_ops, not triton" % ops["path"] in text
-    assert "BAD  bundle.yml: checksum mismatch" in text   # and the index itself is not the manifest's
+    assert "BAD  bundle.yml: checksum mismatch" in text  # and the index itself is not the manifest's
 
 
 def test_a_bundle_without_bundle_yml_is_refused_with_the_fix(built, tmp_path):
@@ -304,10 +360,29 @@ def test_pins_name_versions_not_files():
 def test_the_command_line():
     from kunlun_fleet.cli import build_parser
 
-    ns = build_parser().parse_args(["bundle", "build", "/b", "--vendor", "/v", "--find-links", "/w1",
-                                    "--find-links", "/w2", "--no-index", "--inventory", "inv"])
+    ns = build_parser().parse_args(
+        [
+            "bundle",
+            "build",
+            "/b",
+            "--vendor",
+            "/v",
+            "--find-links",
+            "/w1",
+            "--find-links",
+            "/w2",
+            "--no-index",
+            "--inventory",
+            "inv",
+        ]
+    )
     assert (ns.bundle_dir, ns.vendor, ns.find_links, ns.no_index, ns.inventory) == (
-        "/b", "/v", ["/w1", "/w2"], True, "inv")
+        "/b",
+        "/v",
+        ["/w1", "/w2"],
+        True,
+        "inv",
+    )
     assert build_parser().parse_args(["bundle", "check", "/b"]).func.__name__ == "cmd_bundle_check"
     assert build_parser().parse_args(["bundle-check", "/b", "--no-base-image"]).func.__name__ == "cmd_bundle_check"
 
@@ -328,15 +403,27 @@ def test_an_index_pin_is_downloaded_from_the_package_index(tmp_path):
     """The builder's download path against the real index: a pin overridden to a small real
     wheel (packaging 24.1, 54 kB) with the index's sha256, for the serving image's Python
     and platform."""
-    pins = {"kunlun_stack_components": {
-        "python": copy.deepcopy(PINS["kunlun_stack_components"]["python"]),
-        "transformers": {"version": "24.1", "wheel": "packaging", "origin": "index"}},
-        "kunlun_stack_index_sha256": {"transformers": PACKAGING_241_SHA256}}
+    pins = {
+        "kunlun_stack_components": {
+            "python": copy.deepcopy(PINS["kunlun_stack_components"]["python"]),
+            "transformers": {"version": "24.1", "wheel": "packaging", "origin": "index"},
+        },
+        "kunlun_stack_index_sha256": {"transformers": PACKAGING_241_SHA256},
+    }
     (tmp_path / "vendor").mkdir()
     lines = []
-    rc, builder = product.build(str(tmp_path / "bundle"), vendor=str(tmp_path / "vendor"), pins=pins,
-                                cache_path=str(tmp_path / "sums.json"), log=lines.append)
+    rc, builder = product.build(
+        str(tmp_path / "bundle"),
+        vendor=str(tmp_path / "vendor"),
+        pins=pins,
+        cache_path=str(tmp_path / "sums.json"),
+        log=lines.append,
+    )
     assert rc == product.OK, "\n".join(lines)
     entry = index_of(tmp_path / "bundle")["artifacts"]["transformers"]
-    assert entry == {"path": "wheels/packaging-24.1-py3-none-any.whl", "name": "packaging", "version": "24.1",
-                     "sha256": PACKAGING_241_SHA256}
+    assert entry == {
+        "path": "wheels/packaging-24.1-py3-none-any.whl",
+        "name": "packaging",
+        "version": "24.1",
+        "sha256": PACKAGING_241_SHA256,
+    }

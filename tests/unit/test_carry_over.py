@@ -32,6 +32,7 @@ Literal data: 265,871,977 bytes
 
 # ---------------------------------------------------------------- trees and verification
 
+
 def make_tree(root):
     root.mkdir()
     (root / "d").mkdir()
@@ -68,18 +69,26 @@ def test_identical_copy_verifies(tmp_path):
     assert a.summary()["bytes"] == 6 + 3 + len("unicode".encode()) + (10 << 20)
 
 
-@pytest.mark.parametrize("damage, words", [
-    (lambda d: (d / "d/file").write_bytes(b"hellO\n"), "d/file: mtime_ns, sha256 differ"),
-    (lambda d: os.unlink(d / "ünï"), "ünï: missing in the copy"),
-    (lambda d: (d / "extra").write_text("x"), "extra: present in the copy only"),
-    (lambda d: os.chmod(d / "d", 0o700), "d: mode differ"),
-    (lambda d: (os.unlink(d / "sym"), os.symlink("elsewhere", d / "sym")), "sym: target"),
-    (lambda d: (os.unlink(d / "hard"), (d / "hard").write_bytes(b"hello\n"),
-                os.utime(d / "hard", ns=(1, 1_700_000_000_123_456_789))),
-     "hard-link group not preserved: d/file, hard"),
-    (lambda d: (os.unlink(d / "fifo"), (d / "fifo").write_text("")), "fifo: type p in the source, f in the copy"),
-    (lambda d: os.utime(d / "d/file", ns=(1, 1_700_000_000_123_456_000)), "d/file: mtime_ns differ"),
-])
+@pytest.mark.parametrize(
+    "damage, words",
+    [
+        (lambda d: (d / "d/file").write_bytes(b"hellO\n"), "d/file: mtime_ns, sha256 differ"),
+        (lambda d: os.unlink(d / "ünï"), "ünï: missing in the copy"),
+        (lambda d: (d / "extra").write_text("x"), "extra: present in the copy only"),
+        (lambda d: os.chmod(d / "d", 0o700), "d: mode differ"),
+        (lambda d: (os.unlink(d / "sym"), os.symlink("elsewhere", d / "sym")), "sym: target"),
+        (
+            lambda d: (
+                os.unlink(d / "hard"),
+                (d / "hard").write_bytes(b"hello\n"),
+                os.utime(d / "hard", ns=(1, 1_700_000_000_123_456_789)),
+            ),
+            "hard-link group not preserved: d/file, hard",
+        ),
+        (lambda d: (os.unlink(d / "fifo"), (d / "fifo").write_text("")), "fifo: type p in the source, f in the copy"),
+        (lambda d: os.utime(d / "d/file", ns=(1, 1_700_000_000_123_456_000)), "d/file: mtime_ns differ"),
+    ],
+)
 def test_each_kind_of_difference_is_named(tmp_path, damage, words):
     src = make_tree(tmp_path / "src")
     dst = tmp_path / "dst"
@@ -141,6 +150,7 @@ def test_submounts_are_reported_not_entered(tmp_path):
 
 # ---------------------------------------------------------------- content digest
 
+
 def test_digest_ignores_layout_but_not_bytes(tmp_path):
     dense = tmp_path / "dense"
     sparse = tmp_path / "sparse"
@@ -189,10 +199,12 @@ def test_digest_dense_matches_block_walk(tmp_path):
 
 # ---------------------------------------------------------------- room
 
+
 def test_room_fits_and_refuses_with_numbers():
     assert t.room_problem(100 << 30, 200 << 30, 5, "the content of /home", "the new filesystem", "fix") is None
-    msg = t.room_problem(100 << 30, 104 << 30, 5, "the content of /home", "the new filesystem at /mnt/x",
-                         "add a data disk")
+    msg = t.room_problem(
+        100 << 30, 104 << 30, 5, "the content of /home", "the new filesystem at /mnt/x", "add a data disk"
+    )
     assert msg.startswith("not enough room: the content of /home needs 105.0 GiB (100.0 GiB + 5% margin)")
     assert "has 104.0 GiB available; add a data disk" in msg
     assert t.room_problem(0, 0, 5, "a", "b", "c") is None
@@ -204,6 +216,7 @@ def test_human():
 
 
 # ---------------------------------------------------------------- journal
+
 
 def test_journal_roundtrip_phases_and_dir_times(tmp_path):
     d = tmp_path / "vol"
@@ -244,6 +257,7 @@ def test_journal_history_is_bounded():
 
 # ---------------------------------------------------------------- mounts, fstab, rsync
 
+
 def test_parse_mountinfo():
     m = t.parse_mountinfo(MOUNTINFO)
     home = t.mount_at(m, "/home")
@@ -268,8 +282,9 @@ def test_fstab_plan_appends_once():
 def test_fstab_plan_accepts_equivalent_and_fixes_options():
     text = FSTAB + 'UUID="u-1"\t/home\txfs\tdefaults\t0\t0\n'
     assert t.fstab_plan(text, "/home", "u-1", "xfs", "defaults") == (text, None)
-    new, problem = t.fstab_plan(FSTAB + "/dev/data/home /home xfs noatime 0 0\n", "/home", "u-1", "xfs",
-                                "defaults", ("/dev/data/home",))
+    new, problem = t.fstab_plan(
+        FSTAB + "/dev/data/home /home xfs noatime 0 0\n", "/home", "u-1", "xfs", "defaults", ("/dev/data/home",)
+    )
     assert problem is None and new.endswith("UUID=u-1 /home xfs defaults 0 0\n")
     assert new.count("/home") == 1
 
@@ -295,8 +310,7 @@ def test_fstab_plan_on_empty_file_without_newline():
 
 def test_parse_rsync_stats():
     s = t.parse_rsync_stats(RSYNC_STATS)
-    assert s == {"created": 3214, "deleted": 2, "transferred": 3100, "files": 3215,
-                 "transferred_bytes": 1339614312}
+    assert s == {"created": 3214, "deleted": 2, "transferred": 3100, "files": 3215, "transferred_bytes": 1339614312}
     assert t.parse_rsync_stats("")["created"] is None
 
 
@@ -308,6 +322,7 @@ def test_slug_and_display():
 
 
 # ---------------------------------------------------------------- /proc scans (recorded tree)
+
 
 def fake_proc(root, pid, comm, cmdline=b"", ppid=1, fds=()):
     d = root / str(pid)
@@ -351,6 +366,7 @@ def test_rsync_pids_for_matches_exact_target(tmp_path):
 
 # ---------------------------------------------------------------- the module (no root)
 
+
 def run_module(capsys, args, check=False):
     import carry_over
     from ansible.module_utils.testing import patch_module_args
@@ -378,8 +394,7 @@ def test_module_refuses_foreign_dest(tmp_path, capsys):
     (tmp_path / "s").mkdir()
     (tmp_path / "d").mkdir()
     (tmp_path / "d/precious").write_text("x")
-    r = run_module(capsys, {"src": str(tmp_path / "s"), "dest": str(tmp_path / "d"),
-                            "state_dir": str(tmp_path / "st")})
+    r = run_module(capsys, {"src": str(tmp_path / "s"), "dest": str(tmp_path / "d"), "state_dir": str(tmp_path / "st")})
     assert r["failed"] and "already holds content (precious)" in r["msg"]
     assert (tmp_path / "d/precious").read_text() == "x"
 
@@ -387,8 +402,9 @@ def test_module_refuses_foreign_dest(tmp_path, capsys):
 def test_module_dest_check_mode_reports_and_changes_nothing(tmp_path, capsys):
     src = make_tree(tmp_path / "src")
     before = sorted(os.listdir(tmp_path))
-    r = run_module(capsys, {"src": str(src), "dest": str(tmp_path / "dst"),
-                            "state_dir": str(tmp_path / "st")}, check=True)
+    r = run_module(
+        capsys, {"src": str(src), "dest": str(tmp_path / "dst"), "state_dir": str(tmp_path / "st")}, check=True
+    )
     assert r["changed"] is True and r["phase"] == "new"
     assert r["moved"]["entries"] == 9 and r["moved"]["hardlink_groups"] == 1
     assert "would copy 9 entries" in r["actions"][0]
@@ -397,18 +413,21 @@ def test_module_dest_check_mode_reports_and_changes_nothing(tmp_path, capsys):
 
 def test_module_device_check_mode_without_device(tmp_path, capsys):
     src = make_tree(tmp_path / "src")
-    r = run_module(capsys, {"src": str(src), "device": str(tmp_path / "no-such-lv"),
-                            "staging": str(tmp_path / "stage")}, check=True)
+    r = run_module(
+        capsys,
+        {"src": str(src), "device": str(tmp_path / "no-such-lv"), "staging": str(tmp_path / "stage")},
+        check=True,
+    )
     assert r["changed"] is True and "does not exist yet" in r["actions"][0]
     assert not (tmp_path / "stage").exists()
-    r = run_module(capsys, {"src": str(src), "device": str(tmp_path / "no-such-lv"),
-                            "staging": str(tmp_path / "stage")})
+    r = run_module(
+        capsys, {"src": str(src), "device": str(tmp_path / "no-such-lv"), "staging": str(tmp_path / "stage")}
+    )
     assert r["failed"] and "create the volume first" in r["msg"]
 
 
 def test_module_refuses_non_block_device(tmp_path, capsys):
     src = make_tree(tmp_path / "src")
     (tmp_path / "img").write_text("")
-    r = run_module(capsys, {"src": str(src), "device": str(tmp_path / "img"),
-                            "staging": str(tmp_path / "stage")})
+    r = run_module(capsys, {"src": str(src), "device": str(tmp_path / "img"), "staging": str(tmp_path / "stage")})
     assert r["failed"] and "is not a block device" in r["msg"]

@@ -34,18 +34,26 @@ def test_serials_are_replaced_by_stable_placeholders_everywhere():
     assert outputs[1]["stdout"] == "disk serial seen elsewhere: SERIAL-0003\n"  # equal values stay equal
     assert masker.counts()["serial"] == 8
     # What the parsers read is untouched: versions, firmware, bus ids, part numbers, UUIDs.
-    for kept in ("Driver Version                            : 5.0.21.26", "1.0.2.14.1.54", "00000000:52:00.0",
-                 "B00100300110112", "XPU-7c15324f-f867-54f0-a54f-1854e1deb257", "0x36862057"):
+    for kept in (
+        "Driver Version                            : 5.0.21.26",
+        "1.0.2.14.1.54",
+        "00000000:52:00.0",
+        "B00100300110112",
+        "XPU-7c15324f-f867-54f0-a54f-1854e1deb257",
+        "0x36862057",
+    ):
         assert kept in outputs[0]["stdout"], kept
 
 
 def test_addresses_are_masked_stably_and_versions_are_kept():
     masker = collect_outputs.Masker()
-    text = ("eth0 mac 0c:42:a1:7e:11:02 inet 10.20.30.41/24 peer 10.20.30.41 gw 10.20.30.1\n"
-            "inet6 fe80::e42:a1ff:fe7e:1102/64 and 2409:8a1e:4c1:10::5\n"
-            "lo 127.0.0.1 any 0.0.0.0 mask 255.255.255.0\n"
-            "Kunlun XPU driver version: 5.0.21.26 (built Nov 12 2025)\n"
-            "proxy http://alice:s3cret@proxy.example:3128 bus 0000:52:00.0 at 16:59:05\n")
+    text = (
+        "eth0 mac 0c:42:a1:7e:11:02 inet 10.20.30.41/24 peer 10.20.30.41 gw 10.20.30.1\n"
+        "inet6 fe80::e42:a1ff:fe7e:1102/64 and 2409:8a1e:4c1:10::5\n"
+        "lo 127.0.0.1 any 0.0.0.0 mask 255.255.255.0\n"
+        "Kunlun XPU driver version: 5.0.21.26 (built Nov 12 2025)\n"
+        "proxy http://alice:s3cret@proxy.example:3128 bus 0000:52:00.0 at 16:59:05\n"
+    )
     out = masker.text(text)
     assert "0c:42:a1:7e:11:02" not in out and "02:00:00:00:00:01" in out
     assert "10.20.30.41" not in out and out.count("192.0.2.1") == 2 and "192.0.2.2" in out
@@ -88,21 +96,28 @@ def test_gather_masks_and_records_missing_commands(tmp_path):
     etc.mkdir()
     (etc / "os-release").write_text((REFERENCE / "os-release.txt").read_text())
     findmnt = (REFERENCE / "findmnt.json").read_text()
-    module = FakeModule({
-        "xpu-smi": {(): (0, (XPU / "xpu-smi_8_vc.txt").read_text(), ""),
-                    ("-q",): (0, (XPU / "xpu-smi-q_8_vc.txt").read_text(), ""),
-                    ("-L",): (0, (XPU / "xpu-smi-L_8.txt").read_text(), "")},
-        "findmnt": {("-J", "--output", "SOURCE,FSTYPE,OPTIONS", "--mountpoint", "/home"): (0, findmnt, "")},
-        "blkid": {("-p", "-o", "export", "/dev/mapper/data-home"): (0, "UUID=abc\nTYPE=xfs\n", "")},
-        "uname": {("-a",): (0, "Linux h 6.8.0 #1 SMP x86_64 GNU/Linux eth0 10.1.2.3\n", "")},
-    })
+    module = FakeModule(
+        {
+            "xpu-smi": {
+                (): (0, (XPU / "xpu-smi_8_vc.txt").read_text(), ""),
+                ("-q",): (0, (XPU / "xpu-smi-q_8_vc.txt").read_text(), ""),
+                ("-L",): (0, (XPU / "xpu-smi-L_8.txt").read_text(), ""),
+            },
+            "findmnt": {("-J", "--output", "SOURCE,FSTYPE,OPTIONS", "--mountpoint", "/home"): (0, findmnt, "")},
+            "blkid": {("-p", "-o", "export", "/dev/mapper/data-home"): (0, "UUID=abc\nTYPE=xfs\n", "")},
+            "uname": {("-a",): (0, "Linux h 6.8.0 #1 SMP x86_64 GNU/Linux eth0 10.1.2.3\n", "")},
+        }
+    )
     outputs, counts = collect_outputs.gather(module, proc_dir=str(proc), etc_dir=str(etc))
     by_name = dict((o["name"], o) for o in outputs)
     for name in ("lspci-Dn.txt", "lsmod.txt", "lsblk.txt", "docker-info.json"):
         assert by_name[name]["missing"] is True and "not installed" in by_name[name]["reason"], name
     assert by_name["proc_modules.txt"]["missing"] is True
     assert [n for n in by_name if n.startswith("proc_xpu_")] == [
-        "proc_xpu_dev0_state.txt", "proc_xpu_dev1_state.txt", "proc_xpu_dev10_state.txt"]
+        "proc_xpu_dev0_state.txt",
+        "proc_xpu_dev1_state.txt",
+        "proc_xpu_dev10_state.txt",
+    ]
     assert by_name["xpu-smi-q.txt"]["rc"] == 0 and "SERIAL-0001" in by_name["xpu-smi-q.txt"]["stdout"]
     assert not any(KIT_SERIAL.search(o["stdout"]) for o in outputs)
     assert "10.1.2.3" not in by_name["uname-a.txt"]["stdout"]
@@ -121,18 +136,39 @@ def test_gather_without_xpu_smi_or_a_mount(tmp_path):
 
 
 def test_status_writes_the_files_and_the_index(tmp_path):
-    res = {"mount_point": "/home", "masked": {"serial": 1},
-           "outputs": [{"name": "xpu-smi-q.txt", "command": "xpu-smi -q", "rc": 0, "missing": False, "reason": "",
-                        "stdout": "    Serial Number : 02KE5E61F0010\nip 10.9.8.7\n", "stderr": ""},
-                       {"name": "lspci-Dn.txt", "command": "lspci -Dn", "rc": None, "missing": True,
-                        "reason": "lspci is not installed", "stdout": "", "stderr": ""}]}
+    res = {
+        "mount_point": "/home",
+        "masked": {"serial": 1},
+        "outputs": [
+            {
+                "name": "xpu-smi-q.txt",
+                "command": "xpu-smi -q",
+                "rc": 0,
+                "missing": False,
+                "reason": "",
+                "stdout": "    Serial Number : 02KE5E61F0010\nip 10.9.8.7\n",
+                "stderr": "",
+            },
+            {
+                "name": "lspci-Dn.txt",
+                "command": "lspci -Dn",
+                "rc": None,
+                "missing": True,
+                "reason": "lspci is not installed",
+                "stdout": "",
+                "stderr": "",
+            },
+        ],
+    }
     written = status.write_collection(str(tmp_path), {"kf-node-1": res}, {"kf-node-2": "unreachable: no route"})
     assert written == {"kf-node-1": 1, "kf-node-2": 0}
     text = (tmp_path / "kf-node-1" / "xpu-smi-q.txt").read_text()
     assert "02KE5E61F0010" not in text and "10.9.8.7" not in text  # masked again before writing
     index = json.loads((tmp_path / "kf-node-1" / "index.json").read_text())
     assert [(c["command"], c["rc"], c["file"]) for c in index["commands"]] == [
-        ("xpu-smi -q", 0, "xpu-smi-q.txt"), ("lspci -Dn", None, None)]
+        ("xpu-smi -q", 0, "xpu-smi-q.txt"),
+        ("lspci -Dn", None, None),
+    ]
     assert index["commands"][1]["missing"] is True
     other = json.loads((tmp_path / "kf-node-2" / "index.json").read_text())
     assert other["commands"] == [] and other["error"] == "unreachable: no route"
@@ -140,8 +176,17 @@ def test_status_writes_the_files_and_the_index(tmp_path):
 
 def test_state_takes_collect_outputs_results():
     state = status.new_state()
-    status.collect(state, {"event": "runner_on_ok", "event_data": {
-        "host": "kf-node-1", "task_action": "collect_outputs", "res": {"outputs": [], "mount_point": "/home"}}})
+    status.collect(
+        state,
+        {
+            "event": "runner_on_ok",
+            "event_data": {
+                "host": "kf-node-1",
+                "task_action": "collect_outputs",
+                "res": {"outputs": [], "mount_point": "/home"},
+            },
+        },
+    )
     assert state["outputs"] == {"kf-node-1": {"outputs": [], "mount_point": "/home"}}
     assert state["results"] == {}
 
@@ -182,8 +227,12 @@ def _edit(path, old, new):
 
 
 def _verdicts(doc):
-    return dict(((host, f["file"]), (f["verdict"], f["reason"])) for host, h in doc["hosts"].items()
-                for f in h["files"] if f["verdict"] not in ("ok", "missing"))
+    return dict(
+        ((host, f["file"]), (f["verdict"], f["reason"]))
+        for host, h in doc["hosts"].items()
+        for f in h["files"]
+        if f["verdict"] not in ("ok", "missing")
+    )
 
 
 def test_a_changed_format_is_named_with_its_host_and_file(collected):
@@ -197,12 +246,17 @@ def test_a_changed_format_is_named_with_its_host_and_file(collected):
     doc = json.loads(text)
     assert code == 2 and doc["exit_code"] == 2
     found = _verdicts(doc)
-    assert set(found) == {("kf-node-2", "xpu-smi-q.txt"), ("kf-node-2", "xpu-smi.txt"),
-                          ("kf-node-1", "xpu-smi-L.txt")}, found
+    assert set(found) == {
+        ("kf-node-2", "xpu-smi-q.txt"),
+        ("kf-node-2", "xpu-smi.txt"),
+        ("kf-node-1", "xpu-smi-L.txt"),
+    }, found
     assert found[("kf-node-2", "xpu-smi-q.txt")][0] == "differs"
     assert "device.power_cap_w" in found[("kf-node-2", "xpu-smi-q.txt")][1]
-    assert found[("kf-node-2", "xpu-smi.txt")][0] == "differs" and "driver_version" in found[
-        ("kf-node-2", "xpu-smi.txt")][1]
+    assert (
+        found[("kf-node-2", "xpu-smi.txt")][0] == "differs"
+        and "driver_version" in found[("kf-node-2", "xpu-smi.txt")][1]
+    )
     assert found[("kf-node-1", "xpu-smi-L.txt")] == ("unreadable", "parse_list found no 'XPU <n>: ...' line")
     code, text = run(collected)
     assert code == 2
@@ -237,8 +291,9 @@ def test_failed_commands_missing_ones_and_raising_parsers(collected, monkeypatch
 
 def test_a_host_not_collected_fails_the_check(tmp_path):
     (tmp_path / "kf-node-3").mkdir()
-    (tmp_path / "kf-node-3" / "index.json").write_text(json.dumps(
-        {"host": "kf-node-3", "commands": [], "error": "unreachable: no route to host"}))
+    (tmp_path / "kf-node-3" / "index.json").write_text(
+        json.dumps({"host": "kf-node-3", "commands": [], "error": "unreachable: no route to host"})
+    )
     code, text = run(tmp_path)
     assert code == 2 and "not collected: unreachable: no route to host" in text
 

@@ -17,9 +17,15 @@ def make_deb(root, name, version, depends="", extra_files=None, conflicts=""):
     """A small .deb built with dpkg-deb (a stand-in for Debian's own)."""
     tree = root / ("%s-tree" % name)
     (tree / "DEBIAN").mkdir(parents=True)
-    fields = [("Package", name), ("Version", version), ("Architecture", "amd64"),
-              ("Maintainer", "Debian <debian@example.org>"), ("Depends", depends), ("Conflicts", conflicts),
-              ("Description", "%s for the test\n more text" % name)]
+    fields = [
+        ("Package", name),
+        ("Version", version),
+        ("Architecture", "amd64"),
+        ("Maintainer", "Debian <debian@example.org>"),
+        ("Depends", depends),
+        ("Conflicts", conflicts),
+        ("Description", "%s for the test\n more text" % name),
+    ]
     (tree / "DEBIAN" / "control").write_text(apt_repo.format_control(fields))
     (tree / "DEBIAN" / "postinst").write_text("#!/bin/sh\necho configured %s\n" % name)
     (tree / "DEBIAN" / "postinst").chmod(0o755)
@@ -27,8 +33,9 @@ def make_deb(root, name, version, depends="", extra_files=None, conflicts=""):
         (tree / rel).parent.mkdir(parents=True, exist_ok=True)
         (tree / rel).write_text(text)
     out = root / ("%s_%s_amd64.deb" % (name, version))
-    subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(tree), str(out)], check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(tree), str(out)], check=True, capture_output=True
+    )
     return out
 
 
@@ -37,10 +44,14 @@ def repo(tmp_path_factory):
     root = tmp_path_factory.mktemp("aptrepo")
     debs = root / "debs"
     debs.mkdir()
-    make_deb(debs, "docker.io", "20.10.24+dfsg1-1+deb12u1+b6",
-             depends="libc6 (>= 2.34), adduser, containerd (>= 1.4~), iptables, runc (>= 1.0.0~rc8~), tini",
-             conflicts="docker-ce, docker-ce-cli",
-             extra_files={"usr/sbin/dockerd": "#!/bin/sh\necho engine\n", "usr/bin/docker": "#!/bin/sh\n"})
+    make_deb(
+        debs,
+        "docker.io",
+        "20.10.24+dfsg1-1+deb12u1+b6",
+        depends="libc6 (>= 2.34), adduser, containerd (>= 1.4~), iptables, runc (>= 1.0.0~rc8~), tini",
+        conflicts="docker-ce, docker-ce-cli",
+        extra_files={"usr/sbin/dockerd": "#!/bin/sh\necho engine\n", "usr/bin/docker": "#!/bin/sh\n"},
+    )
     make_deb(debs, "containerd", "1.6.20~ds1-1+deb12u3", depends="runc")
     home = root / "gnupg"
     made = apt_repo.build(str(root / "www"), str(debs), str(home))
@@ -56,13 +67,17 @@ def members(path):
 def test_layout_and_versions_like_dockers(repo):
     made, base = repo["made"], repo["made"]["base"]
     assert base.endswith("/linux/debian") and os.path.isfile(os.path.join(base, "gpg"))
-    assert made["packages"] == {"docker-ce": "5:20.10.24-1~debian.12~bookworm",
-                                "docker-ce-cli": "5:20.10.24-1~debian.12~bookworm",
-                                "containerd.io": "1.6.20-1"}
+    assert made["packages"] == {
+        "docker-ce": "5:20.10.24-1~debian.12~bookworm",
+        "docker-ce-cli": "5:20.10.24-1~debian.12~bookworm",
+        "containerd.io": "1.6.20-1",
+    }
     pool = os.path.join(base, "dists", "bookworm", "pool", "stable", "amd64")
-    assert sorted(os.listdir(pool)) == ["containerd.io_1.6.20-1_amd64.deb",
-                                        "docker-ce-cli_20.10.24-1~debian.12~bookworm_amd64.deb",
-                                        "docker-ce_20.10.24-1~debian.12~bookworm_amd64.deb"]
+    assert sorted(os.listdir(pool)) == [
+        "containerd.io_1.6.20-1_amd64.deb",
+        "docker-ce-cli_20.10.24-1~debian.12~bookworm_amd64.deb",
+        "docker-ce_20.10.24-1~debian.12~bookworm_amd64.deb",
+    ]
     for name in ("InRelease", "Release", "Release.gpg"):
         assert os.path.isfile(os.path.join(base, "dists", "bookworm", name))
 
@@ -90,20 +105,28 @@ def test_docker_ce_is_debians_engine_under_dockers_name(repo):
 
 def private_apt(work, base, key):
     """apt-get update against the repository (file:), with the source signed-by `key`."""
-    for sub in ("etc/apt.conf.d", "etc/preferences.d", "etc/sources.list.d", "state/lists/partial",
-                "cache/archives/partial"):
+    for sub in (
+        "etc/apt.conf.d",
+        "etc/preferences.d",
+        "etc/sources.list.d",
+        "state/lists/partial",
+        "cache/archives/partial",
+    ):
         (work / sub).mkdir(parents=True, exist_ok=True)
     (work / "state" / "status").write_text("")
     (work / "etc" / "sources.list.d" / "docker.sources").write_text(
-        "Types: deb\nURIs: file://%s\nSuites: bookworm\nComponents: stable\nSigned-By: %s\n" % (base, key))
+        "Types: deb\nURIs: file://%s\nSuites: bookworm\nComponents: stable\nSigned-By: %s\n" % (base, key)
+    )
     (work / "apt.conf").write_text(
         'Dir::Etc "{w}/etc"; Dir::Etc::main "none"; Dir::Etc::parts "{w}/etc/apt.conf.d";\n'
         'Dir::State "{w}/state"; Dir::State::status "{w}/state/status"; Dir::Cache "{w}/cache";\n'
-        'APT::Architecture "amd64"; APT::Sandbox::User "root"; Debug::NoLocking "true";\n'.format(w=work))
+        'APT::Architecture "amd64"; APT::Sandbox::User "root"; Debug::NoLocking "true";\n'.format(w=work)
+    )
     env = dict(os.environ, APT_CONFIG=str(work / "apt.conf"), LC_ALL="C")
     update = subprocess.run(["apt-get", "update"], env=env, capture_output=True, text=True)
-    policy = subprocess.run(["apt-cache", "policy", "docker-ce", "docker-ce-cli", "containerd.io"], env=env,
-                            capture_output=True, text=True)
+    policy = subprocess.run(
+        ["apt-cache", "policy", "docker-ce", "docker-ce-cli", "containerd.io"], env=env, capture_output=True, text=True
+    )
     return update, policy
 
 
@@ -117,8 +140,11 @@ def test_apt_accepts_the_repository_signed_by_its_key(repo, tmp_path):
 def test_apt_refuses_a_signature_of_another_key(repo, tmp_path):
     """The stand-in's signature is real: signed by a key apt was not given, the lists are refused."""
     copy = tmp_path / "www"
-    shutil.copytree(os.path.join(repo["made"]["base"], "dists", "bookworm"), copy / "dists" / "bookworm",
-                    ignore=shutil.ignore_patterns("pool"))
+    shutil.copytree(
+        os.path.join(repo["made"]["base"], "dists", "bookworm"),
+        copy / "dists" / "bookworm",
+        ignore=shutil.ignore_patterns("pool"),
+    )
     other = tmp_path / "other-gnupg"
     fpr = apt_repo.new_key(str(other), "someone else <else@example.invalid>")
     try:
@@ -140,12 +166,15 @@ def test_the_release_lists_the_indexes_it_signs(repo):
     assert "Components: stable" in release and "Architectures: amd64" in release
 
 
-@pytest.mark.parametrize("version, up", [("20.10.24+dfsg1-1+deb12u1+b6", "20.10.24"),
-                                         ("1.6.20~ds1-1+deb12u3", "1.6.20"), ("2:1.02.185-2", "1.02.185")])
+@pytest.mark.parametrize(
+    "version, up",
+    [("20.10.24+dfsg1-1+deb12u1+b6", "20.10.24"), ("1.6.20~ds1-1+deb12u3", "1.6.20"), ("2:1.02.185-2", "1.02.185")],
+)
 def test_upstream_version(version, up):
     assert apt_repo.upstream(version) == up
 
 
 def test_depends_without():
-    assert apt_repo.depends_without("libc6 (>= 2.34), containerd (>= 1.4~), runc | crun, containerd-shim, tini",
-                                    ["containerd", "runc"]) == ["libc6 (>= 2.34)", "containerd-shim", "tini"]
+    assert apt_repo.depends_without(
+        "libc6 (>= 2.34), containerd (>= 1.4~), runc | crun, containerd-shim, tini", ["containerd", "runc"]
+    ) == ["libc6 (>= 2.34)", "containerd-shim", "tini"]

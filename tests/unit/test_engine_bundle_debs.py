@@ -70,12 +70,16 @@ def test_the_cache_key_follows_the_packages_and_the_sources(monkeypatch):
 
 
 def test_the_minbase_status_marks_every_package_installed():
-    stanzas = ("Package: libc6\nVersion: 2.36-9+deb12u10\nArchitecture: amd64\nDepends: libgcc-s1\n\n"
-               "Package: apt\nVersion: 2.6.1\nDescription: commandline package manager\n long text\n\n")
+    stanzas = (
+        "Package: libc6\nVersion: 2.36-9+deb12u10\nArchitecture: amd64\nDepends: libgcc-s1\n\n"
+        "Package: apt\nVersion: 2.6.1\nDescription: commandline package manager\n long text\n\n"
+    )
     status = bundle.status_for(stanzas)
-    assert status == ("Package: libc6\nStatus: install ok installed\nVersion: 2.36-9+deb12u10\nArchitecture: amd64\n"
-                      "Depends: libgcc-s1\n\nPackage: apt\nStatus: install ok installed\nVersion: 2.6.1\n"
-                      "Description: commandline package manager\n long text\n")
+    assert status == (
+        "Package: libc6\nStatus: install ok installed\nVersion: 2.36-9+deb12u10\nArchitecture: amd64\n"
+        "Depends: libgcc-s1\n\nPackage: apt\nStatus: install ok installed\nVersion: 2.6.1\n"
+        "Description: commandline package manager\n long text\n"
+    )
     with pytest.raises(ValueError):
         bundle.status_for("Version: 1\n")
 

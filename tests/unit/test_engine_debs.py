@@ -70,12 +70,24 @@ def test_a_fresh_host_gets_every_file():
 
 
 def test_installed_same_or_newer_is_left_out_older_is_upgraded():
-    host = FakeHost(DEBS, {"netbase": "6.4", "libmnl0": "1.0.4-3+deb12u1", "libdevmapper1.02.1": "2:1.02.175-2",
-                           "docker.io": "20.10.24+dfsg1-1+deb12u1+b6"})
+    host = FakeHost(
+        DEBS,
+        {
+            "netbase": "6.4",
+            "libmnl0": "1.0.4-3+deb12u1",
+            "libdevmapper1.02.1": "2:1.02.175-2",
+            "docker.io": "20.10.24+dfsg1-1+deb12u1+b6",
+        },
+    )
     found = engine_debs.plan(host, sorted(DEBS), ["docker.io"])
     actions = dict((os.path.basename(e["file"]).split("_")[0], e["action"]) for e in found["debs"])
-    assert actions == {"docker.io": "current", "libdevmapper1.02.1": "upgrade", "netbase": "current",
-                       "libmnl0": "newer-installed", "tini": "install"}
+    assert actions == {
+        "docker.io": "current",
+        "libdevmapper1.02.1": "upgrade",
+        "netbase": "current",
+        "libmnl0": "newer-installed",
+        "tini": "install",
+    }
     assert found["install"] == [D + "libdevmapper1.02.1_2%3a1.02.185-2_amd64.deb", D + "tini_0.19.0-1+b3_amd64.deb"]
     assert found["missing"] == []
     entry = next(e for e in found["debs"] if e["package"] == "libmnl0")

@@ -65,8 +65,9 @@ def test_the_bundle_is_the_projects_bundle():
 
 
 def test_distribution_packages_come_through_the_shared_task():
-    shared = [t for _, t in role_tasks()
-              if (t.get("ansible.builtin.include_role") or {}).get("tasks_from") == "packages"]
+    shared = [
+        t for _, t in role_tasks() if (t.get("ansible.builtin.include_role") or {}).get("tasks_from") == "packages"
+    ]
     assert len(shared) == 1, "the engine role must install engine_distro_packages with kunlun_stack's packages task"
     task = shared[0]
     assert task["ansible.builtin.include_role"]["name"] == "kunlun_stack"

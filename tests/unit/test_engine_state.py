@@ -93,15 +93,24 @@ def test_invalid_json(tmp_path):
 
 def test_not_an_object(tmp_path):
     found = engine_state.read_daemon_json(write(tmp_path, "[1, 2]"))
-    assert found == {"path": found["path"], "state": "not_object", "content": {},
-                     "error": "valid JSON but not an object (a mapping of keys)"}
+    assert found == {
+        "path": found["path"],
+        "state": "not_object",
+        "content": {},
+        "error": "valid JSON but not an object (a mapping of keys)",
+    }
 
 
 # ---------------------------------------------------------------- the merge
 def test_merge_keeps_the_operators_keys():
-    current = {"labels": ["site=lab-7"], "max-concurrent-downloads": 7, "log-opts": {"labels": "site"},
-               "exec-opts": ["native.cgroupdriver=cgroupfs", "native.umask=normal"], "graph": "/srv/docker",
-               "storage-driver": "vfs"}
+    current = {
+        "labels": ["site=lab-7"],
+        "max-concurrent-downloads": 7,
+        "log-opts": {"labels": "site"},
+        "exec-opts": ["native.cgroupdriver=cgroupfs", "native.umask=normal"],
+        "graph": "/srv/docker",
+        "storage-driver": "vfs",
+    }
     merged = engine_state.merge(current, SETTINGS, {"registry-mirrors": ["https://mirror.example"]}, "/home/docker")
     assert merged == {
         "labels": ["site=lab-7"],
@@ -120,8 +129,12 @@ def test_merge_keeps_the_operators_keys():
 
 
 def test_extra_wins_over_the_file_and_the_settings():
-    merged = engine_state.merge({"storage-driver": "vfs", "log-opts": {"max-size": "1g", "mode": "non-blocking"}},
-                                SETTINGS, {"storage-driver": "vfs", "log-opts": {"max-file": "9"}}, "/home/docker")
+    merged = engine_state.merge(
+        {"storage-driver": "vfs", "log-opts": {"max-size": "1g", "mode": "non-blocking"}},
+        SETTINGS,
+        {"storage-driver": "vfs", "log-opts": {"max-file": "9"}},
+        "/home/docker",
+    )
     assert merged["storage-driver"] == "vfs"
     assert merged["log-opts"] == {"max-size": "100m", "mode": "non-blocking", "max-file": "9"}
 
@@ -143,11 +156,14 @@ def test_merge_does_not_change_its_inputs():
     assert current == {"log-opts": {"labels": "site"}} and settings == SETTINGS
 
 
-@pytest.mark.parametrize("current, root", [
-    ({}, "/var/lib/docker"),
-    ({"graph": "/srv/docker"}, "/srv/docker"),
-    ({"data-root": "/data/docker", "graph": "/srv/docker"}, "/data/docker"),
-])
+@pytest.mark.parametrize(
+    "current, root",
+    [
+        ({}, "/var/lib/docker"),
+        ({"graph": "/srv/docker"}, "/srv/docker"),
+        ({"data-root": "/data/docker", "graph": "/srv/docker"}, "/data/docker"),
+    ],
+)
 def test_old_root(current, root):
     assert engine_state.old_root_of(current) == root
 
@@ -169,8 +185,7 @@ def test_drivers_on_disk(tmp_path):
 
 def info_module(info, rc=0):
     argv = ("/usr/bin/timeout", "30", "/usr/bin/docker", "info", "--format", "{{json .}}")
-    return FakeModule({"docker": "/usr/bin/docker", "timeout": "/usr/bin/timeout"},
-                      {argv: (rc, json.dumps(info), "")})
+    return FakeModule({"docker": "/usr/bin/docker", "timeout": "/usr/bin/timeout"}, {argv: (rc, json.dumps(info), "")})
 
 
 def test_read_sees_the_running_engine_on_the_old_root(tmp_path):
@@ -180,8 +195,14 @@ def test_read_sees_the_running_engine_on_the_old_root(tmp_path):
     module = info_module({"Driver": "vfs", "DockerRootDir": str(old), "Images": 1, "Containers": 0})
     found = engine_state.read(module, path, "/home/docker", SETTINGS, {})
     assert found["old_root"] == str(old) and found["old_root_content"] is True
-    assert found["drivers"] == {"read": True, "on_disk": ["vfs"], "running": "vfs", "running_root": str(old),
-                                "running_images": 1, "running_containers": 0}
+    assert found["drivers"] == {
+        "read": True,
+        "on_disk": ["vfs"],
+        "running": "vfs",
+        "running_root": str(old),
+        "running_images": 1,
+        "running_containers": 0,
+    }
     assert found["old_root_drivers"] == ["vfs"]
     assert found["merged"]["data-root"] == "/home/docker"
 
@@ -190,8 +211,10 @@ def test_a_running_engine_elsewhere_or_empty_does_not_count(tmp_path):
     old = tmp_path / "old"
     old.mkdir()
     path = write(tmp_path, json.dumps({"data-root": str(old)}))
-    for info in ({"Driver": "vfs", "DockerRootDir": "/other", "Images": 3, "Containers": 0},
-                 {"Driver": "vfs", "DockerRootDir": str(old), "Images": 0, "Containers": 0}):
+    for info in (
+        {"Driver": "vfs", "DockerRootDir": "/other", "Images": 3, "Containers": 0},
+        {"Driver": "vfs", "DockerRootDir": str(old), "Images": 0, "Containers": 0},
+    ):
         found = engine_state.read(info_module(info), path, "/home/docker", SETTINGS, {})
         assert found["drivers"]["running"] == "vfs" and found["old_root_drivers"] == []
         assert found["old_root_content"] is False

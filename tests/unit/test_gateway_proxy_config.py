@@ -34,7 +34,8 @@ def test_plain_http_allow_list_and_the_router_on_loopback():
     assert "maxconn 20000" in cfg
     assert "acl monitoring src 127.0.0.1 ::1 10.9.0.11" in cfg
     assert cfg.index("http-request deny deny_status 403 if odd_path") < cfg.index(
-        "http-request deny deny_status 403 unless api or health or metrics")
+        "http-request deny deny_status 403 unless api or health or metrics"
+    )
     assert "http-request deny deny_status 403 if metrics !monitoring" in cfg
     assert "acl api path_beg /v1/" in cfg and "acl health path /health" in cfg
     assert "server router 127.0.0.1:8081 maxconn 20000" in cfg
@@ -45,9 +46,13 @@ def test_plain_http_allow_list_and_the_router_on_loopback():
 
 
 def test_tls_only_with_a_certificate_and_key():
-    cfg = lines(render(gateway_tls_cert="-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----",
-                       gateway_tls_key="-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----",
-                       gateway_port=8443))
+    cfg = lines(
+        render(
+            gateway_tls_cert="-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----",
+            gateway_tls_key="-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----",
+            gateway_port=8443,
+        )
+    )
     assert "bind 0.0.0.0:8443 ssl crt /etc/haproxy/kunlun-gateway.pem alpn http/1.1" in cfg
     assert any(line.startswith("ssl-default-bind-options ssl-min-ver TLSv1.2") for line in cfg)
     # the key itself is never in the configuration, only the 0600 file's path
@@ -55,8 +60,20 @@ def test_tls_only_with_a_certificate_and_key():
 
 
 def test_metrics_sources_are_the_monitoring_hosts():
-    cfg = lines(render(groups={"all": ["a", "b", "m"], "xpu_servers": ["a", "b"], "gateways": ["a"],
-                               "monitoring": ["m"], "ungrouped": []},
-                       hostvars={"a": {"ansible_host": "10.0.0.1"}, "b": {"ansible_host": "10.0.0.2"},
-                                 "m": {"ansible_host": "10.0.0.9"}}))
+    cfg = lines(
+        render(
+            groups={
+                "all": ["a", "b", "m"],
+                "xpu_servers": ["a", "b"],
+                "gateways": ["a"],
+                "monitoring": ["m"],
+                "ungrouped": [],
+            },
+            hostvars={
+                "a": {"ansible_host": "10.0.0.1"},
+                "b": {"ansible_host": "10.0.0.2"},
+                "m": {"ansible_host": "10.0.0.9"},
+            },
+        )
+    )
     assert "acl monitoring src 127.0.0.1 ::1 10.0.0.9" in cfg

@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # ---------------------------------------------------------------- helpers
 
+
 def keygen(tmp_path, kind, name=None):
     """A key pair made by ssh-keygen: (private path, 'type base64' of the public key)."""
     path = tmp_path / (name or "id_%s" % kind)
@@ -99,11 +100,13 @@ def line(address, port, key):
 
 # ---------------------------------------------------------------- fingerprints and patterns
 
+
 @pytest.mark.parametrize("kind", ["ed25519", "ecdsa", "rsa"])
 def test_fingerprint_is_what_ssh_keygen_prints(tmp_path, kind):
     path, public = keygen(tmp_path, kind)
-    printed = subprocess.run(["ssh-keygen", "-l", "-E", "sha256", "-f", str(path) + ".pub"], check=True,
-                             capture_output=True, text=True).stdout.split()[1]
+    printed = subprocess.run(
+        ["ssh-keygen", "-l", "-E", "sha256", "-f", str(path) + ".pub"], check=True, capture_output=True, text=True
+    ).stdout.split()[1]
     assert printed.startswith("SHA256:") and not printed.endswith("=")
     assert hostkeys.fingerprint(public.split()[1]) == printed
     key = load_key(path)
@@ -123,15 +126,19 @@ def test_parse_and_match_known_hosts(tmp_path, keys):
     hashed.write_text(line("10.0.0.9", 22, ed))
     subprocess.run(["ssh-keygen", "-q", "-H", "-f", str(hashed)], check=True, capture_output=True)
     hashed_line = next(l for l in hashed.read_text().splitlines() if l.startswith("|1|"))
-    text = ("# a comment\n\n"
-            "10.0.0.1,node-1 %s %s\n" % (ed.get_name(), ed.get_base64())
-            + "[10.0.0.2]:2222 %s %s comment words\n" % (ec.get_name(), ec.get_base64())
-            + "10.0.1.* %s %s\n" % (ed.get_name(), ed.get_base64())
-            + "10.0.2.*,!10.0.2.7 %s %s\n" % (ed.get_name(), ed.get_base64())
-            + "@revoked 10.0.0.3 %s %s\n" % (ed.get_name(), ed.get_base64())
-            + "broken line\n"
-            + "10.0.0.4 ssh-ed25519 not!base64\n"
-            + hashed_line + "\n")
+    text = (
+        "# a comment\n\n"
+        "10.0.0.1,node-1 %s %s\n"
+        % (ed.get_name(), ed.get_base64())
+        + "[10.0.0.2]:2222 %s %s comment words\n" % (ec.get_name(), ec.get_base64())
+        + "10.0.1.* %s %s\n" % (ed.get_name(), ed.get_base64())
+        + "10.0.2.*,!10.0.2.7 %s %s\n" % (ed.get_name(), ed.get_base64())
+        + "@revoked 10.0.0.3 %s %s\n" % (ed.get_name(), ed.get_base64())
+        + "broken line\n"
+        + "10.0.0.4 ssh-ed25519 not!base64\n"
+        + hashed_line
+        + "\n"
+    )
     entries = hostkeys.parse_known_hosts(text)
     assert [e.lineno for e in entries] == [3, 4, 5, 6, 7, 10]
     first = entries[0]
@@ -157,13 +164,17 @@ def test_append_keeps_the_file_and_writes_what_openssh_reads(tmp_path, keys):
     assert path.read_text() == old + "\n10.0.0.5 %s %s\n" % (keys["ec1"].get_name(), keys["ec1"].get_base64())
     # OpenSSH finds both forms.
     for name in ("[127.0.0.1]:2222", "10.0.0.5"):
-        path.write_text(line(name.strip("[").split("]")[0], 2222 if "[" in name else 22,
-                             keys["ed1"] if "[" in name else keys["ec1"]))
+        path.write_text(
+            line(
+                name.strip("[").split("]")[0], 2222 if "[" in name else 22, keys["ed1"] if "[" in name else keys["ec1"]
+            )
+        )
         found = subprocess.run(["ssh-keygen", "-F", name, "-f", str(path)], capture_output=True, text=True)
         assert found.returncode == 0 and name in found.stdout
 
 
 # ---------------------------------------------------------------- live reads
+
 
 def test_new_accept_known_against_a_live_server(tmp_path, server, keys):
     path = tmp_path / "inv" / ".ssh" / "known_hosts"
@@ -177,8 +188,12 @@ def test_new_accept_known_against_a_live_server(tmp_path, server, keys):
     [r] = hostkeys.scan([host], path)
     assert r.status == "known"
     # OpenSSH's own lookup finds the entry for [127.0.0.1]:port.
-    assert subprocess.run(["ssh-keygen", "-F", "[127.0.0.1]:%d" % server.port, "-f", str(path)],
-                          capture_output=True).returncode == 0
+    assert (
+        subprocess.run(
+            ["ssh-keygen", "-F", "[127.0.0.1]:%d" % server.port, "-f", str(path)], capture_output=True
+        ).returncode
+        == 0
+    )
 
 
 def test_changed_key_is_refused_and_nothing_is_written(tmp_path, server, keys):
@@ -197,8 +212,10 @@ def test_changed_key_is_refused_and_nothing_is_written(tmp_path, server, keys):
     assert hostkeys.fingerprint(keys["ed1"]) in message  # offered
     assert "line 2" in message and "out of band" in message
     fix = next(l.strip() for l in message.splitlines() if l.strip().startswith("ssh-keygen -R"))
-    assert fix == "ssh-keygen -R %s -f %s" % (shlex.quote("[127.0.0.1]:%d" % server.port), shlex.quote(
-        hostkeys._display(path)))
+    assert fix == "ssh-keygen -R %s -f %s" % (
+        shlex.quote("[127.0.0.1]:%d" % server.port),
+        shlex.quote(hostkeys._display(path)),
+    )
     # The fix as printed works: the old entry goes, the key is new, then accepted and known.
     subprocess.run(shlex.split(fix.replace(hostkeys._display(path), str(path))), check=True, capture_output=True)
     assert "# kept" in path.read_text()
@@ -217,8 +234,9 @@ def test_an_entry_under_the_inventory_name_counts(tmp_path, server, keys):
     # Another key under the name: changed, whatever the address says.
     path.write_text(line("srv-1", server.port, keys["ed2"]) + line("127.0.0.1", server.port, keys["ed1"]))
     [r] = hostkeys.scan([host], path)
-    assert r.status == "CHANGED" and "ssh-keygen -R %s" % shlex.quote("[srv-1]:%d" % server.port) in \
-        hostkeys.changed_message(r, path)
+    assert r.status == "CHANGED" and "ssh-keygen -R %s" % shlex.quote(
+        "[srv-1]:%d" % server.port
+    ) in hostkeys.changed_message(r, path)
 
 
 def test_key_types_as_openssh_prefers_them(tmp_path, keys):
@@ -235,8 +253,9 @@ def test_key_types_as_openssh_prefers_them(tmp_path, keys):
         [r] = hostkeys.scan([Host("only-ed", "127.0.0.1", only_ed.port)], path)
         assert r.status == "CHANGED" and r.key_type == "ssh-ed25519" and "no longer offered" in r.detail
         # A @revoked key is refused even when a plain entry holds it too.
-        path.write_text(line("127.0.0.1", only_ed.port, keys["ed1"]) + "@revoked " +
-                        line("127.0.0.1", only_ed.port, keys["ed1"]))
+        path.write_text(
+            line("127.0.0.1", only_ed.port, keys["ed1"]) + "@revoked " + line("127.0.0.1", only_ed.port, keys["ed1"])
+        )
         [r] = hostkeys.scan([Host("only-ed", "127.0.0.1", only_ed.port)], path)
         assert r.status == "CHANGED" and "revoked" in r.detail
     finally:
@@ -260,8 +279,11 @@ def test_unreachable_hosts(tmp_path):
 
     threading.Thread(target=hang_up, daemon=True).start()
     try:
-        results = hostkeys.scan([Host("gone", "127.0.0.1", port), Host("web", "127.0.0.1", mute.getsockname()[1])],
-                                tmp_path / "known_hosts", timeout=2)
+        results = hostkeys.scan(
+            [Host("gone", "127.0.0.1", port), Host("web", "127.0.0.1", mute.getsockname()[1])],
+            tmp_path / "known_hosts",
+            timeout=2,
+        )
     finally:
         mute.close()
     assert [r.status for r in results] == ["unreachable", "unreachable"]
@@ -272,6 +294,7 @@ def test_unreachable_hosts(tmp_path):
 
 # ---------------------------------------------------------------- the command, on an inventory
 
+
 def inventory(tmp_path, port, name="inv"):
     """An inventory directory as an operator has one: a vaulted variable (its password in
     .vault-password) and the port templated from a group variable."""
@@ -279,12 +302,14 @@ def inventory(tmp_path, port, name="inv"):
     (inv / "group_vars" / "all").mkdir(parents=True)
     (inv / "hosts.yml").write_text(
         "---\nall:\n  children:\n    xpu_servers:\n      hosts:\n"
-        "        srv-1:\n          ansible_host: 127.0.0.1\n          ansible_port: \"{{ test_ssh_port }}\"\n"
-        "        srv-2:\n          ansible_host: 127.0.0.1\n          ansible_port: \"{{ test_ssh_port }}\"\n")
+        '        srv-1:\n          ansible_host: 127.0.0.1\n          ansible_port: "{{ test_ssh_port }}"\n'
+        '        srv-2:\n          ansible_host: 127.0.0.1\n          ansible_port: "{{ test_ssh_port }}"\n'
+    )
     (inv / "group_vars" / "all" / "connection.yml").write_text(
         "---\ntest_ssh_port: %d\nansible_user: root\nansible_ssh_private_key_file: %s/id_test\n"
         "ansible_ssh_common_args: -o UserKnownHostsFile={{ inventory_dir }}/.ssh/known_hosts -o StrictHostKeyChecking=yes\n"
-        % (port, inv))
+        % (port, inv)
+    )
     vault.ensure_api_key(str(inv))  # group_vars/all/vault.yml, inline !vault
     return inv
 
@@ -298,8 +323,10 @@ def run_cli(capsys, *args):
 def test_hostkeys_command_on_an_inventory(tmp_path, server, keys, capsys):
     inv = inventory(tmp_path, server.port)
     hosts = hostkeys.read_inventory(str(inv))
-    assert [(h.name, h.address, h.port, h.user) for h in hosts] == [("srv-1", "127.0.0.1", server.port, "root"),
-                                                                    ("srv-2", "127.0.0.1", server.port, "root")]
+    assert [(h.name, h.address, h.port, h.user) for h in hosts] == [
+        ("srv-1", "127.0.0.1", server.port, "root"),
+        ("srv-2", "127.0.0.1", server.port, "root"),
+    ]
     assert hosts[0].key_file == "%s/id_test" % inv
     known = inv / ".ssh" / "known_hosts"
     fp = hostkeys.fingerprint(keys["ed1"])
@@ -350,6 +377,7 @@ def test_hostkeys_refuses_what_it_cannot_read(tmp_path, capsys):
 
 # ---------------------------------------------------------------- bootstrap before any login
 
+
 def test_bootstrap_refuses_before_any_login(tmp_path, server, keys, capsys, monkeypatch):
     monkeypatch.setenv("KUNLUN_FLEET_ROOT", str(tmp_path / "checkout"))  # no run may start: no reports here
     inv = inventory(tmp_path, server.port)
@@ -362,7 +390,9 @@ def test_bootstrap_refuses_before_any_login(tmp_path, server, keys, capsys, monk
     code, out, err = run_cli(capsys, "bootstrap", "-i", str(inv), "--password-file", str(pw))
     assert code == 3 and "chmod 600" in err
     os.chmod(pw, 0o600)
-    code, out, err = run_cli(capsys, "bootstrap", "-i", str(inv), "--password-file", str(pw), "--deploy-user", "Bad.User")
+    code, out, err = run_cli(
+        capsys, "bootstrap", "-i", str(inv), "--password-file", str(pw), "--deploy-user", "Bad.User"
+    )
     assert code == 3 and "--deploy-user" in err
     # No public key next to the private key the inventory names.
     code, out, err = run_cli(capsys, "bootstrap", "-i", str(inv), "--password-file", str(pw))
@@ -387,16 +417,25 @@ def test_bootstrap_refuses_before_any_login(tmp_path, server, keys, capsys, monk
 
 def test_bootstrap_answers_the_prompts_and_masks_the_password(tmp_path):
     inv = inventory(tmp_path, 22)
-    run = hostkeys._bootstrap_run_class()("bootstrap", "playbooks/bootstrap.yml", ["--ask-pass", "-K"],
-                                          inventory=str(inv), output="json", stream=io.StringIO())
+    run = hostkeys._bootstrap_run_class()(
+        "bootstrap",
+        "playbooks/bootstrap.yml",
+        ["--ask-pass", "-K"],
+        inventory=str(inv),
+        output="json",
+        stream=io.StringIO(),
+    )
     run.password = "pw-0123"
     answers = run.passwords()
     assert sorted(answers.values()) == ["pw-0123", "pw-0123"]
     assert {p for p in answers} == {p for flags, label, p in runner.PROMPTS if label != "Vault password"}
     run.masker = runner.Masker()
     run.tracker = runner.Tracker(run.stages, run.masker)
-    event = {"event": "runner_on_failed", "stdout": "fatal: pw-0123 leaked",
-             "event_data": {"host": "srv-1", "task": "t", "play": "p", "res": {"msg": "pw-0123 here"}}}
+    event = {
+        "event": "runner_on_failed",
+        "stdout": "fatal: pw-0123 leaked",
+        "event_data": {"host": "srv-1", "task": "t", "play": "p", "res": {"msg": "pw-0123 here"}},
+    }
     run.on_event(event)
     assert "pw-0123" not in json.dumps(event) and "pw-0123" not in run.out.getvalue()
 

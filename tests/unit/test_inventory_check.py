@@ -2,21 +2,34 @@
 
 import inventory_check
 
-SPECS = [{"argument_specs": {"main": {"options": {
-    "kunlun_stack_device_count": {"type": "int"},
-    "kunlun_stack_allow_unvalidated": {"type": "bool"},
-    "storage_data_disks": {"type": "list"},
-}}}}]
+SPECS = [
+    {
+        "argument_specs": {
+            "main": {
+                "options": {
+                    "kunlun_stack_device_count": {"type": "int"},
+                    "kunlun_stack_allow_unvalidated": {"type": "bool"},
+                    "storage_data_disks": {"type": "list"},
+                }
+            }
+        }
+    }
+]
 
 
 def params(**over):
     base = dict(
         groups={"all": ["a", "b"], "xpu_servers": ["a", "b"], "gateways": ["a"]},
-        hosts={"a": {"ansible_host": "10.0.0.1", "storage_data_disks": ["/dev/vdb"]},
-               "b": {"ansible_host": "10.0.0.2", "storage_data_disks": ["/dev/vdb"]}},
+        hosts={
+            "a": {"ansible_host": "10.0.0.1", "storage_data_disks": ["/dev/vdb"]},
+            "b": {"ansible_host": "10.0.0.2", "storage_data_disks": ["/dev/vdb"]},
+        },
         required_groups=["xpu_servers", "gateways"],
         required_host_vars={"xpu_servers": ["storage_data_disks"]},
-        argument_specs=SPECS, extra_known=[], similarity=0.8)
+        argument_specs=SPECS,
+        extra_known=[],
+        similarity=0.8,
+    )
     base.update(over)
     return base
 
@@ -78,15 +91,18 @@ def test_misspelling_is_an_error_and_unrelated_name_a_warning():
     p["hosts"]["b"]["kunlun_stack_devce_count"] = 8
     p["hosts"]["a"]["site_owner"] = "ops"
     problems, unknown = inventory_check.check(p)
-    assert problems == ["unknown variable kunlun_stack_devce_count (on a, b): did you mean "
-                        "kunlun_stack_device_count? Rename it in your inventory"]
+    assert problems == [
+        "unknown variable kunlun_stack_devce_count (on a, b): did you mean "
+        "kunlun_stack_device_count? Rename it in your inventory"
+    ]
     assert unknown == ["site_owner"]
 
 
 def test_magic_and_connection_variables_are_known():
     p = params()
-    p["hosts"]["a"].update(inventory_hostname="a", group_names=["xpu_servers"], ansible_user="root",
-                           ansible_facts={}, playbook_dir="/x")
+    p["hosts"]["a"].update(
+        inventory_hostname="a", group_names=["xpu_servers"], ansible_user="root", ansible_facts={}, playbook_dir="/x"
+    )
     assert inventory_check.check(p) == ([], [])
 
 

@@ -109,11 +109,17 @@ def test_quantization(good, expected):
 
 
 def test_every_problem_is_reported_at_once(good, expected):
-    good.update(model_type="llama", max_position_embeddings=32768, dtype="bfloat16",
-                rope_scaling={"type": "yarn", "factor": 4})
-    assert sorted(items(check_config(good, expected))) == sorted([
-        "config.json model_type", "config.json max_position_embeddings", "config.json rope_scaling",
-        "config.json dtype"])
+    good.update(
+        model_type="llama", max_position_embeddings=32768, dtype="bfloat16", rope_scaling={"type": "yarn", "factor": 4}
+    )
+    assert sorted(items(check_config(good, expected))) == sorted(
+        [
+            "config.json model_type",
+            "config.json max_position_embeddings",
+            "config.json rope_scaling",
+            "config.json dtype",
+        ]
+    )
 
 
 def test_missing_and_broken_files(tmp_path, expected):

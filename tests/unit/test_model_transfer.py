@@ -35,8 +35,10 @@ def test_plan_one_copy_two_per_source_round_robin():
     # round-robin: h4->h1, h5->h2, h6->h3, h7->h1, h8->h2; never more than 2 a source
     assert [p["assignments"]["h%d" % i]["source"] for i in range(4, 9)] == ["h1", "h2", "h3", "h1", "h2"]
     assert max(w2["per_source"].values()) == 2
-    assert p["assignments"]["h5"]["fallbacks"] == [dict(name="h3", address="10.0.0.3"),
-                                                   dict(name="h1", address="10.0.0.1")]
+    assert p["assignments"]["h5"]["fallbacks"] == [
+        dict(name="h3", address="10.0.0.3"),
+        dict(name="h1", address="10.0.0.1"),
+    ]
     assert p["origin_hosts"] == [] and p["peer_waves"] == [1, 2]
 
 
@@ -64,8 +66,9 @@ def test_plan_bound_one_and_peers_off_and_nothing_to_do():
 class Running:
     def __init__(self, root, manifest, max_transfers=2, rate=0, address="127.0.0.1", allow=()):
         self.stats_file = str(root.parent / ("stats-%s.json" % address))
-        self.share = model_share.Share(str(root), model_share.listed_files(str(manifest)), list(allow),
-                                       max_transfers, rate, self.stats_file, DIR)
+        self.share = model_share.Share(
+            str(root), model_share.listed_files(str(manifest)), list(allow), max_transfers, rate, self.stats_file, DIR
+        )
         self.server = model_share.ThreadingHTTPServer((address, 0), model_share.make_handler(self.share))
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -93,13 +96,29 @@ class Process:
         import socket
         import subprocess
         import sys
+
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
-        self.proc = subprocess.Popen([sys.executable, str(ROOT / "roles/model/files/model_share.py"), "--bind",
-                                      "127.0.0.1", "--port", str(self.port), "--root", str(root), "--manifest",
-                                      str(manifest), "--prefix", DIR, "--rate", str(rate)],
-                                     stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(ROOT / "roles/model/files/model_share.py"),
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--root",
+                str(root),
+                "--manifest",
+                str(manifest),
+                "--prefix",
+                DIR,
+                "--rate",
+                str(rate),
+            ],
+            stderr=subprocess.DEVNULL,
+        )
         self.url = "http://127.0.0.1:%d/%s" % (self.port, DIR)
         deadline = time.time() + 10
         while True:
@@ -148,8 +167,7 @@ def test_fetch_all_files_verified_and_renamed(tmp_path, source):
             assert oct((dst / rel).stat().st_mode & 0o777) == "0o644"
         assert sorted(p.name for p in dst.iterdir()) == sorted(sums)
         assert not any(p.is_file() for p in partial.rglob("*"))  # nothing left half-written
-        assert share.stats()["completed"] == 3 and share.stats()["bytes"] == sum(
-            (src / r).stat().st_size for r in sums)
+        assert share.stats()["completed"] == 3 and share.stats()["bytes"] == sum((src / r).stat().st_size for r in sums)
     finally:
         share.stop()
 
@@ -157,9 +175,11 @@ def test_fetch_all_files_verified_and_renamed(tmp_path, source):
 def test_share_serves_only_listed_files_to_allowed_clients(tmp_path, source):
     src, manifest, _ = source
     from http.client import HTTPConnection
+
     share = Running(src, manifest, allow=["127.0.0.1"])
     other = Running(src, manifest, address="127.0.0.2", allow=["10.9.9.9"])
     try:
+
         def get(url, path):
             host, port = url.split("/")[2].split(":")
             c = HTTPConnection(host, int(port), timeout=5)
@@ -167,6 +187,7 @@ def test_share_serves_only_listed_files_to_allowed_clients(tmp_path, source):
             r = c.getresponse()
             r.read()
             return r.status
+
         assert get(share.url, "/%s/config.json" % DIR) == 200
         assert get(share.url, "/%s/.hidden" % DIR) == 404
         assert get(share.url, "/%s/../%s.sha256" % (DIR, DIR)) == 404
@@ -213,8 +234,9 @@ def test_dead_source_falls_back_to_the_next(tmp_path, source):
     alive = Running(src, manifest, address="127.0.0.3")
     try:
         dst, partial = dest_dirs(tmp_path)
-        f = Fetcher(str(dst), str(partial), [dict(name="dead", url=dead.url), dict(name="alive", url=alive.url)],
-                    timeout=3)
+        f = Fetcher(
+            str(dst), str(partial), [dict(name="dead", url=dead.url), dict(name="alive", url=alive.url)], timeout=3
+        )
         f.fetch(sums)
         assert [x["source"] for x in f.files] == ["alive"] * 3  # sticky after the first failure
         assert f.failures[0]["source"] == "dead" and "Refused" in f.failures[0]["error"]

@@ -22,8 +22,15 @@ def model(tmp_path, stack_defaults):
 
 
 def params(path, manifest=None, expected=None, **over):
-    p = {"path": str(path), "directory": DIR, "manifest": manifest, "expected": expected,
-         "cache_file": str(path.parent / (".%s.sums.json" % path.name)), "full": False, "fail_on_problems": True}
+    p = {
+        "path": str(path),
+        "directory": DIR,
+        "manifest": manifest,
+        "expected": expected,
+        "cache_file": str(path.parent / (".%s.sums.json" % path.name)),
+        "full": False,
+        "fail_on_problems": True,
+    }
     p.update(over)
     return p
 
@@ -96,7 +103,10 @@ def run_main(args, check_mode=False):
     def out(self, **kw):
         raise Done(kw)
 
-    with patch_module_args(args), mock.patch.multiple(basic.AnsibleModule, exit_json=out, fail_json=lambda s, **kw: out(s, failed=True, **kw)):
+    with (
+        patch_module_args(args),
+        mock.patch.multiple(basic.AnsibleModule, exit_json=out, fail_json=lambda s, **kw: out(s, failed=True, **kw)),
+    ):
         with pytest.raises(Done) as exc:
             model_verify.main()
     return exc.value.args[0]
@@ -104,8 +114,15 @@ def run_main(args, check_mode=False):
 
 def test_wrong_directory_name_is_refused_before_reading(tmp_path, stack_defaults):
     wrong = tmp_path / "Qwen3.8-27B-INT8-W8A8-Dynamic"
-    r = run_main({"path": str(wrong), "directory": DIR, "manifest": "not even a manifest",
-                  "fail_on_problems": False, "expected": stack_defaults["kunlun_stack_model"]})
+    r = run_main(
+        {
+            "path": str(wrong),
+            "directory": DIR,
+            "manifest": "not even a manifest",
+            "fail_on_problems": False,
+            "expected": stack_defaults["kunlun_stack_model"],
+        }
+    )
     assert r["failed"] is True  # refused even with fail_on_problems false
     assert "right words in the wrong order" in r["msg"]
     assert "Fix: use the directory name Qwen3.8-27B-W8A8-INT8-Dynamic exactly" in r["msg"]
@@ -114,8 +131,10 @@ def test_wrong_directory_name_is_refused_before_reading(tmp_path, stack_defaults
 
 def test_check_mode_does_not_write_the_cache(model):
     d, manifest = model
-    r = run_main({"path": str(d), "directory": DIR, "manifest": manifest,
-                  "cache_file": str(d.parent / "sums.json")}, check_mode=True)
+    r = run_main(
+        {"path": str(d), "directory": DIR, "manifest": manifest, "cache_file": str(d.parent / "sums.json")},
+        check_mode=True,
+    )
     assert r["ok"] and r["changed"] is False
     assert not (d.parent / "sums.json").exists()
     r = run_main({"path": str(d), "directory": DIR, "manifest": manifest, "cache_file": str(d.parent / "sums.json")})

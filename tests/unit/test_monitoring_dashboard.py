@@ -13,6 +13,7 @@ import yaml
 from kunlun_fleet import monitoring
 from promtool_helper import promtool
 
+
 @pytest.fixture(scope="module")
 def board():
     return json.loads(monitoring.DASHBOARD.read_text())
@@ -46,7 +47,9 @@ def test_panels_ids_grid_and_datasource(panels):
         grid = panel["gridPos"]
         assert set(grid) >= {"x", "y", "w", "h"} and all(isinstance(grid[k], int) for k in "xywh"), panel["title"]
         assert 0 <= grid["x"] and grid["x"] + grid["w"] <= 24 and grid["w"] > 0 and grid["h"] > 0, panel["title"]
-        mine = {(x, y) for x in range(grid["x"], grid["x"] + grid["w"]) for y in range(grid["y"], grid["y"] + grid["h"])}
+        mine = {
+            (x, y) for x in range(grid["x"], grid["x"] + grid["w"]) for y in range(grid["y"], grid["y"] + grid["h"])
+        }
         assert not (mine & cells), "%s overlaps another panel" % panel["title"]
         cells |= mine
         if panel.get("type") == "row":
@@ -68,12 +71,16 @@ def _panel_with(panels, *needles):
 def test_the_panels_the_issue_asks_for(panels):
     fleet = _panel_with(panels, "rate(vllm:generation_tokens_total")
     assert any(e.startswith("sum(rate(vllm:generation_tokens_total") for e in exprs_of(fleet)), "fleet output tok/s"
-    per_host = [p for p in panels if any(e.startswith("sum by (host) (rate(vllm:generation_tokens_total")
-                                         for e in exprs_of(p))]
+    per_host = [
+        p for p in panels if any(e.startswith("sum by (host) (rate(vllm:generation_tokens_total") for e in exprs_of(p))
+    ]
     assert per_host, "per-host output tok/s"
     ttft = _panel_with(panels, "vllm:time_to_first_token_seconds_bucket")
-    assert [e.split(",")[0] for e in exprs_of(ttft)] == ["histogram_quantile(0.5", "histogram_quantile(0.9",
-                                                        "histogram_quantile(0.99"]
+    assert [e.split(",")[0] for e in exprs_of(ttft)] == [
+        "histogram_quantile(0.5",
+        "histogram_quantile(0.9",
+        "histogram_quantile(0.99",
+    ]
     tpot = _panel_with(panels, "vllm:request_time_per_output_token_seconds_bucket")
     assert [e.split(",")[0] for e in exprs_of(tpot)] == ["histogram_quantile(0.5", "histogram_quantile(0.99"]
     _panel_with(panels, "vllm:num_requests_running", "vllm:num_requests_waiting")
@@ -82,8 +89,12 @@ def test_the_panels_the_issue_asks_for(panels):
     memory = _panel_with(panels, "kunlun_xpu_memory_used_bytes", "kunlun_xpu_memory_total_bytes")
     assert memory["fieldConfig"]["defaults"]["unit"] == "bytes"
     assert _panel_with(panels, "kunlun_xpu_temperature_celsius")["fieldConfig"]["defaults"]["unit"] == "celsius"
-    assert _panel_with(panels, "kunlun_xpu_power_usage_watts", "kunlun_xpu_power_cap_watts")[
-        "fieldConfig"]["defaults"]["unit"] == "watt"
+    assert (
+        _panel_with(panels, "kunlun_xpu_power_usage_watts", "kunlun_xpu_power_cap_watts")["fieldConfig"]["defaults"][
+            "unit"
+        ]
+        == "watt"
+    )
 
 
 def test_every_query_reads_only_metrics_the_fleet_exports():
@@ -101,23 +112,39 @@ def test_every_query_reads_only_metrics_the_fleet_exports():
 def test_known_metric_names_come_from_their_sources():
     known = monitoring.known_metric_names()
     # vLLM counters get _total from prometheus_client; histograms _bucket/_sum/_count.
-    assert {"vllm:generation_tokens_total", "vllm:num_requests_running", "vllm:num_requests_waiting",
-            "vllm:kv_cache_usage_perc", "vllm:time_to_first_token_seconds_bucket",
-            "vllm:request_time_per_output_token_seconds_bucket"} <= known["vllm"]
+    assert {
+        "vllm:generation_tokens_total",
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:time_to_first_token_seconds_bucket",
+        "vllm:request_time_per_output_token_seconds_bucket",
+    } <= known["vllm"]
     assert "vllm:generation_tokens" not in known["vllm"]
-    assert {"kunlun_xpu_up", "kunlun_xpu_devices", "kunlun_xpu_smi_up", "kunlun_xpu_exporter_last_run_timestamp_seconds",
-            "kunlun_gateway_worker_healthy", "kunlun_gateway_router_up"} <= known["exporters"]
+    assert {
+        "kunlun_xpu_up",
+        "kunlun_xpu_devices",
+        "kunlun_xpu_smi_up",
+        "kunlun_xpu_exporter_last_run_timestamp_seconds",
+        "kunlun_gateway_worker_healthy",
+        "kunlun_gateway_router_up",
+    } <= known["exporters"]
 
 
-@pytest.mark.parametrize("expr, names", [
-    ('sum by (host) (rate(vllm:generation_tokens_total{job="vllm",host=~"$host"}[$__rate_interval]))',
-     {"vllm:generation_tokens_total"}),
-    ('histogram_quantile(0.99, sum by (le, host) (rate(x_bucket{le!="+Inf"}[5m]))) > 10', {"x_bucket"}),
-    ('(up{job="node"} == 1 and on (host) up{job="router"}) unless on (host) a_b', {"up", "a_b"}),
-    ('time() - last_run_seconds > 300 or foo offset 5m', {"last_run_seconds", "foo"}),
-    ('label_values(up{job="vllm"}, host)', {"up"}),
-    ('count by (worker) (m == 1) >= scalar(count(n == 1))', {"m", "n"}),
-])
+@pytest.mark.parametrize(
+    "expr, names",
+    [
+        (
+            'sum by (host) (rate(vllm:generation_tokens_total{job="vllm",host=~"$host"}[$__rate_interval]))',
+            {"vllm:generation_tokens_total"},
+        ),
+        ('histogram_quantile(0.99, sum by (le, host) (rate(x_bucket{le!="+Inf"}[5m]))) > 10', {"x_bucket"}),
+        ('(up{job="node"} == 1 and on (host) up{job="router"}) unless on (host) a_b', {"up", "a_b"}),
+        ("time() - last_run_seconds > 300 or foo offset 5m", {"last_run_seconds", "foo"}),
+        ('label_values(up{job="vllm"}, host)', {"up"}),
+        ("count by (worker) (m == 1) >= scalar(count(n == 1))", {"m", "n"}),
+    ],
+)
 def test_metric_names_of_an_expression(expr, names):
     assert monitoring.metric_names(expr) == names
 
@@ -133,8 +160,10 @@ def test_every_query_parses(tmp_path):
     path = tmp_path / "queries.yml"
     path.write_text(yaml.safe_dump(_as_recording_rules(found)))
     proc = subprocess.run([promtool(), "check", "rules", str(path)], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, "%s\n%s" % (proc.stdout + proc.stderr, "\n".join("%d %s: %s" % (i, w, e) for i, (w, e)
-                                                                                 in enumerate(found)))
+    assert proc.returncode == 0, "%s\n%s" % (
+        proc.stdout + proc.stderr,
+        "\n".join("%d %s: %s" % (i, w, e) for i, (w, e) in enumerate(found)),
+    )
     # The check can fail: a query with a syntax error is refused.
     path.write_text(yaml.safe_dump(_as_recording_rules([("broken", "sum(rate(x[5m])")])))
     proc = subprocess.run([promtool(), "check", "rules", str(path)], capture_output=True, text=True, timeout=120)

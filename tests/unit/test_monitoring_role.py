@@ -18,6 +18,8 @@ from promtool_helper import promtool
 
 ROOT = monitoring.ROOT
 ROLE = monitoring.ROLE
+
+
 def load(*parts):
     return yaml.safe_load((ROLE.joinpath(*parts)).read_text())
 
@@ -28,9 +30,14 @@ SPECS = load("meta", "argument_specs.yml")["argument_specs"]
 # Three serving hosts (one reached by name, its serving address given apart), a gateway
 # and a monitoring host of their own.
 INVENTORY = {
-    "groups": {"all": ["p800-a01", "p800-a02", "p800-a03", "gw-01", "mon-01"],
-               "xpu_servers": ["p800-a01", "p800-a02", "p800-a03"], "image_builders": ["p800-a01"],
-               "gateways": ["gw-01"], "monitoring": ["mon-01"], "ungrouped": []},
+    "groups": {
+        "all": ["p800-a01", "p800-a02", "p800-a03", "gw-01", "mon-01"],
+        "xpu_servers": ["p800-a01", "p800-a02", "p800-a03"],
+        "image_builders": ["p800-a01"],
+        "gateways": ["gw-01"],
+        "monitoring": ["mon-01"],
+        "ungrouped": [],
+    },
     "hostvars": {
         "p800-a01": {"ansible_host": "10.20.1.11"},
         "p800-a02": {"ansible_host": "10.20.1.12"},
@@ -63,6 +70,7 @@ def jobs(text):
 
 # ------------------------------------------------------------------ variables
 
+
 def test_every_variable_is_documented_in_an_entry_point_and_prefixed():
     options = set()
     for entry in ("main", "exporters"):
@@ -74,7 +82,7 @@ def test_every_variable_is_documented_in_an_entry_point_and_prefixed():
     text = (ROLE / "defaults" / "main.yml").read_text()
     for name in DEFAULTS:
         # Every variable has its comment (the line before it, or the block it closes).
-        before = text[:text.index("\n%s:" % name)].rstrip().splitlines()[-1]
+        before = text[: text.index("\n%s:" % name)].rstrip().splitlines()[-1]
         assert before.startswith("#") or before.split(":")[0].startswith("monitoring_"), name
 
 
@@ -84,7 +92,7 @@ def test_every_monitoring_variable_used_is_defined():
     for text in texts:
         defined |= set(re.findall(r"(?m)^\s*register:\s*(monitoring_\w+)", text))
         defined |= set(re.findall(r"(?m)^\s*loop_var:\s*(monitoring_\w+)", text))
-        defined |= set(re.findall(r"(?m)^\s{4,}(monitoring_\w+):", text))       # set_fact and vars keys
+        defined |= set(re.findall(r"(?m)^\s{4,}(monitoring_\w+):", text))  # set_fact and vars keys
     texts += [p.read_text() for p in sorted(ROLE.glob("templates/*.j2"))]
     used = set()
     for text in texts:
@@ -101,13 +109,14 @@ def test_defaults_follow_the_other_roles():
     rendered = monitoring.render(ROLE / "templates" / "prometheus.yml.j2", variables)
     assert ':8000"' in rendered, "vllm's port is kunlun_stack_serving.port"
     # the router's metrics through the endpoint's public port (the proxy's /metrics)
-    assert ':8080"' in rendered and ':29000' not in rendered, "the router's metrics are gateway_port's /metrics"
+    assert ':8080"' in rendered and ":29000" not in rendered, "the router's metrics are gateway_port's /metrics"
     assert DEFAULTS["monitoring_textfile_dir"] == "/var/lib/prometheus/node-exporter"
     assert DEFAULTS["monitoring_xpu_interval"] == 15 and DEFAULTS["monitoring_port"] == 9090
     assert DEFAULTS["monitoring_retention"] == "15d" and DEFAULTS["monitoring_scrape_interval"] == "15s"
 
 
 # ------------------------------------------------------------------ prometheus.yml
+
 
 def test_config_scrapes_every_host_at_its_serving_address(tmp_path):
     text = render_config()
@@ -145,17 +154,33 @@ def test_config_worker_label_is_the_gateways_worker_url():
     worker_urls = templar.template(trust_as_template("{{ kunlun_stack_worker_urls }}"))
     _, found = jobs(render_config())
     assert {labels["host"]: labels["worker"] for _, labels in found["vllm"]} == {
-        h: worker_urls[h] for h in INVENTORY["groups"]["xpu_servers"]}
+        h: worker_urls[h] for h in INVENTORY["groups"]["xpu_servers"]
+    }
 
 
 def test_config_follows_ports_alertmanagers_and_a_gateway_that_serves(tmp_path):
-    inventory = dict(INVENTORY, groups=dict(INVENTORY["groups"], gateways=["p800-a01"], monitoring=["p800-a01"]),
-                     inventory_hostname="p800-a01")
-    text = monitoring.render(monitoring.CONFIG_TEMPLATE, monitoring.role_variables(dict(
-        inventory, kunlun_stack_serving=dict(yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text())[
-            "kunlun_stack_serving"], port=9000),
-        gateway_port=8443, gateway_tls_cert="-----BEGIN CERTIFICATE-----", monitoring_alertmanagers=["10.20.0.7:9093"], monitoring_listen_host="10.20.0.6",
-        monitoring_scrape_interval="30s")))
+    inventory = dict(
+        INVENTORY,
+        groups=dict(INVENTORY["groups"], gateways=["p800-a01"], monitoring=["p800-a01"]),
+        inventory_hostname="p800-a01",
+    )
+    text = monitoring.render(
+        monitoring.CONFIG_TEMPLATE,
+        monitoring.role_variables(
+            dict(
+                inventory,
+                kunlun_stack_serving=dict(
+                    yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text())["kunlun_stack_serving"],
+                    port=9000,
+                ),
+                gateway_port=8443,
+                gateway_tls_cert="-----BEGIN CERTIFICATE-----",
+                monitoring_alertmanagers=["10.20.0.7:9093"],
+                monitoring_listen_host="10.20.0.6",
+                monitoring_scrape_interval="30s",
+            )
+        ),
+    )
     rc, out = check_config(tmp_path, text)
     assert rc == 0, out + text
     config, found = jobs(text)
@@ -183,6 +208,7 @@ def test_config_without_gateways_is_valid(tmp_path):
 
 # ------------------------------------------------------------------ /etc/default, units
 
+
 def render_role_template(name, **extra):
     return monitoring.render(ROLE / "templates" / name, monitoring.role_variables(dict(INVENTORY, **extra)))
 
@@ -195,55 +221,90 @@ def args_of(text):
 
 def test_prometheus_arguments():
     assert args_of(render_role_template("prometheus.default.j2")) == [
-        "--config.file=/etc/prometheus/prometheus.yml", "--web.listen-address=0.0.0.0:9090",
-        "--storage.tsdb.retention.time=15d"]
-    assert args_of(render_role_template("prometheus.default.j2", monitoring_listen_host="::", monitoring_port=9091,
-                                        monitoring_retention="30d",
-                                        monitoring_extra_args=["--storage.tsdb.retention.size=200GB"])) == [
-        "--config.file=/etc/prometheus/prometheus.yml", "--web.listen-address=[::]:9091",
-        "--storage.tsdb.retention.time=30d", "--storage.tsdb.retention.size=200GB"]
+        "--config.file=/etc/prometheus/prometheus.yml",
+        "--web.listen-address=0.0.0.0:9090",
+        "--storage.tsdb.retention.time=15d",
+    ]
+    assert args_of(
+        render_role_template(
+            "prometheus.default.j2",
+            monitoring_listen_host="::",
+            monitoring_port=9091,
+            monitoring_retention="30d",
+            monitoring_extra_args=["--storage.tsdb.retention.size=200GB"],
+        )
+    ) == [
+        "--config.file=/etc/prometheus/prometheus.yml",
+        "--web.listen-address=[::]:9091",
+        "--storage.tsdb.retention.time=30d",
+        "--storage.tsdb.retention.size=200GB",
+    ]
 
 
 def test_node_exporter_arguments_name_the_textfile_directory():
     assert args_of(render_role_template("node-exporter.default.j2")) == [
-        "--collector.textfile.directory=/var/lib/prometheus/node-exporter", "--web.listen-address=:9100"]
+        "--collector.textfile.directory=/var/lib/prometheus/node-exporter",
+        "--web.listen-address=:9100",
+    ]
 
 
 def units(unit):
     variables = monitoring.role_variables(dict(INVENTORY, monitoring_unit=unit))
-    return (monitoring.render(ROLE / "templates" / "exporter.service.j2", variables),
-            monitoring.render(ROLE / "templates" / "exporter.timer.j2", variables))
+    return (
+        monitoring.render(ROLE / "templates" / "exporter.service.j2", variables),
+        monitoring.render(ROLE / "templates" / "exporter.timer.j2", variables),
+    )
 
 
-UNIT = {"name": "kunlun-xpu-exporter", "description": "kunlun-fleet accelerator metrics", "output": "kunlun_xpu.prom",
-        "interval": 15, "timeout": 35,
-        "args": ["--xpu-smi", "/usr/local/bin/xpu-smi", "--output-dir", "/var/lib/prometheus/node-exporter",
-                 "--timeout", "10"]}
+UNIT = {
+    "name": "kunlun-xpu-exporter",
+    "description": "kunlun-fleet accelerator metrics",
+    "output": "kunlun_xpu.prom",
+    "interval": 15,
+    "timeout": 35,
+    "args": [
+        "--xpu-smi",
+        "/usr/local/bin/xpu-smi",
+        "--output-dir",
+        "/var/lib/prometheus/node-exporter",
+        "--timeout",
+        "10",
+    ],
+}
 
 
 def test_exporter_units(tmp_path):
     service, timer = units(UNIT)
     assert "Type=oneshot" in service
-    assert ("ExecStart=/usr/bin/python3 /usr/local/lib/kunlun-fleet/monitoring/kunlun-xpu-exporter --xpu-smi /usr/local/bin/xpu-smi "
-            "--output-dir /var/lib/prometheus/node-exporter --timeout 10\n") in service
+    assert (
+        "ExecStart=/usr/bin/python3 /usr/local/lib/kunlun-fleet/monitoring/kunlun-xpu-exporter --xpu-smi /usr/local/bin/xpu-smi "
+        "--output-dir /var/lib/prometheus/node-exporter --timeout 10\n"
+    ) in service
     assert "OnUnitActiveSec=15s" in timer and "OnActiveSec=1s" in timer and "WantedBy=timers.target" in timer
     analyze = shutil.which("systemd-analyze")
     if not analyze:
         pytest.fail("systemd-analyze is missing: install Debian's systemd package")
     (tmp_path / "kunlun-xpu-exporter.service").write_text(service)
     (tmp_path / "kunlun-xpu-exporter.timer").write_text(timer)
-    proc = subprocess.run([analyze, "verify", "kunlun-xpu-exporter.timer", "kunlun-xpu-exporter.service"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [analyze, "verify", "kunlun-xpu-exporter.timer", "kunlun-xpu-exporter.service"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     complaints = [line for line in (proc.stdout + proc.stderr).splitlines() if "kunlun-xpu-exporter" in line]
     assert proc.returncode == 0 and not complaints, proc.stdout + proc.stderr
     # The check can fail: a misspelt key is reported.
     (tmp_path / "kunlun-xpu-exporter.timer").write_text(timer.replace("OnUnitActiveSec", "OnUnitActivSec"))
-    proc = subprocess.run([analyze, "verify", "kunlun-xpu-exporter.timer"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [analyze, "verify", "kunlun-xpu-exporter.timer"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert "OnUnitActivSec" in proc.stdout + proc.stderr
 
 
 # ------------------------------------------------------------------ tasks, handlers, playbook
+
 
 def tasks(name):
     def walk(items):
@@ -251,6 +312,7 @@ def tasks(name):
             for key in ("block", "rescue", "always"):
                 yield from walk(item.get(key))
             yield item
+
     return list(walk(load("tasks", name)))
 
 
@@ -286,7 +348,9 @@ def test_every_task_name_and_module_follows_the_project():
 
 def test_the_exporters_install_the_products_parser():
     (units_fact,) = [t for t in tasks("exporters.yml") if "ansible.builtin.set_fact" in t]
-    xpu = [u for u in units_fact["ansible.builtin.set_fact"]["monitoring_units"] if u["name"] == "kunlun-xpu-exporter"][0]
+    xpu = [u for u in units_fact["ansible.builtin.set_fact"]["monitoring_units"] if u["name"] == "kunlun-xpu-exporter"][
+        0
+    ]
     parser = [f for f in xpu["files"] if f.get("dest") == "xpu_smi.py"][0]
     assert parser["src"] == "{{ role_path }}/../../module_utils/xpu_smi.py"
     assert (ROLE / ".." / ".." / "module_utils" / "xpu_smi.py").resolve() == ROOT / "module_utils" / "xpu_smi.py"
@@ -330,12 +394,20 @@ def test_what_runs_on_each_host():
         templar = Templar(loader=DataLoader(), variables=monitoring._trust(variables))
         copied = [(Path(i[1]["src"]).name, i[1].get("dest")) for i in templar.template(trust_as_template(copy["loop"]))]
         removed = templar.template(trust_as_template(retire["loop"]))
-        variables["monitoring_node_metrics"] = {"status": 200, "content": "kunlun_xpu_exporter_last_run_timestamp_seconds 1"}
+        variables["monitoring_node_metrics"] = {
+            "status": 200,
+            "content": "kunlun_xpu_exporter_last_run_timestamp_seconds 1",
+        }
         ready = Templar(loader=DataLoader(), variables=monitoring._trust(variables)).template(
-            trust_as_template("{{ %s }}" % wait["until"]))
+            trust_as_template("{{ %s }}" % wait["until"])
+        )
         found[host] = (copied, removed, ready)
         assert all(Path(p).is_absolute() for p in removed)
-    assert found["p800-a02"][0] == [("kunlun-xpu-exporter", None), ("xpu_smi.py", "xpu_smi.py"), ("kunlun_textfile.py", None)]
+    assert found["p800-a02"][0] == [
+        ("kunlun-xpu-exporter", None),
+        ("xpu_smi.py", "xpu_smi.py"),
+        ("kunlun_textfile.py", None),
+    ]
     assert found["p800-a02"][1][0] == "/var/lib/prometheus/node-exporter/kunlun_gateway.prom"
     assert found["p800-a02"][2] is True
     assert found["gw-01"][0] == [("kunlun-gateway-exporter", None), ("kunlun_textfile.py", None)]

@@ -19,11 +19,19 @@ FIXTURE = Path(__file__).resolve().parent / "fixtures" / "monitoring" / "kunlun-
 
 ALERTS = {
     # the fleet's alerts
-    "KunlunServingHostDown", "KunlunHostOutOfGateway", "KunlunXpuDeviceError", "KunlunXpuDeviceMissing",
-    "KunlunXpuExporterDown", "KunlunKvCacheNearlyFull", "KunlunRequestsWaitingGrowing", "KunlunTtftP99High",
-    "KunlunThroughputLow", "KunlunDataVolumeNearlyFull",
+    "KunlunServingHostDown",
+    "KunlunHostOutOfGateway",
+    "KunlunXpuDeviceError",
+    "KunlunXpuDeviceMissing",
+    "KunlunXpuExporterDown",
+    "KunlunKvCacheNearlyFull",
+    "KunlunRequestsWaitingGrowing",
+    "KunlunTtftP99High",
+    "KunlunThroughputLow",
+    "KunlunDataVolumeNearlyFull",
     # what those rely on answering
-    "KunlunGatewayDown", "KunlunNodeExporterDown",
+    "KunlunGatewayDown",
+    "KunlunNodeExporterDown",
 }
 
 
@@ -53,7 +61,7 @@ def test_promtool_checks_the_rendered_rules(rendered, tmp_path):
 def test_promtool_refuses_a_broken_rule(rendered, tmp_path):
     """The check above can fail: a broken expression is refused."""
     path = tmp_path / "kunlun-fleet.yml"
-    path.write_text(rendered.replace("expr: up{job=\"vllm\"} == 0", "expr: up{job=\"vllm\" == 0", 1))
+    path.write_text(rendered.replace('expr: up{job="vllm"} == 0', 'expr: up{job="vllm" == 0', 1))
     rc, out = run_promtool("check", "rules", str(path))
     assert rc != 0, out
 
@@ -79,25 +87,38 @@ def test_the_expressions_say_what_the_issue_asks(rules):
     assert expr["KunlunXpuDeviceMissing"] == "kunlun_xpu_devices < 8"
     assert "kunlun_xpu_smi_up == 0" in expr["KunlunXpuExporterDown"]
     assert "> 300" in expr["KunlunXpuExporterDown"]
-    assert expr["KunlunKvCacheNearlyFull"].endswith("vllm:kv_cache_usage_perc{job=\"vllm\"}) > 0.95")
+    assert expr["KunlunKvCacheNearlyFull"].endswith('vllm:kv_cache_usage_perc{job="vllm"}) > 0.95')
     assert durations["KunlunKvCacheNearlyFull"] == "10m"
     assert "deriv(vllm:num_requests_waiting" in expr["KunlunRequestsWaitingGrowing"]
     assert durations["KunlunRequestsWaitingGrowing"] == "5m"
-    assert expr["KunlunTtftP99High"] == ('histogram_quantile(0.99, sum by (le, host) '
-                                         '(rate(vllm:time_to_first_token_seconds_bucket{job="vllm"}[5m]))) > 10')
-    assert "rate(vllm:generation_tokens_total{job=\"vllm\"}[5m])) < 30" in expr["KunlunThroughputLow"]
+    assert expr["KunlunTtftP99High"] == (
+        "histogram_quantile(0.99, sum by (le, host) "
+        '(rate(vllm:time_to_first_token_seconds_bucket{job="vllm"}[5m]))) > 10'
+    )
+    assert 'rate(vllm:generation_tokens_total{job="vllm"}[5m])) < 30' in expr["KunlunThroughputLow"]
     assert "vllm:num_requests_running" in expr["KunlunThroughputLow"]
     assert 'mountpoint="/home"' in expr["KunlunDataVolumeNearlyFull"] and "< 0.1" in expr["KunlunDataVolumeNearlyFull"]
     assert durations["KunlunDataVolumeNearlyFull"] == "10m"
 
 
 def test_thresholds_are_the_role_variables():
-    rules = {r["alert"]: r for r in monitoring.alert_rules(monitoring.render_rules({
-        "monitoring_alert_kv_cache_ratio": 0.8, "monitoring_alert_kv_cache_for": "3m",
-        "kunlun_stack_device_count": 4, "kunlun_stack_targets": {"single_stream_tok_s": 55, "fleet_output_tok_s": 1},
-        "monitoring_alert_ttft_p99_seconds": 4, "monitoring_alert_data_mountpoint": "/data",
-        "monitoring_alert_waiting_requests": 7, "monitoring_alert_exporter_stale_seconds": 120,
-    }))}
+    rules = {
+        r["alert"]: r
+        for r in monitoring.alert_rules(
+            monitoring.render_rules(
+                {
+                    "monitoring_alert_kv_cache_ratio": 0.8,
+                    "monitoring_alert_kv_cache_for": "3m",
+                    "kunlun_stack_device_count": 4,
+                    "kunlun_stack_targets": {"single_stream_tok_s": 55, "fleet_output_tok_s": 1},
+                    "monitoring_alert_ttft_p99_seconds": 4,
+                    "monitoring_alert_data_mountpoint": "/data",
+                    "monitoring_alert_waiting_requests": 7,
+                    "monitoring_alert_exporter_stale_seconds": 120,
+                }
+            )
+        )
+    }
     assert rules["KunlunKvCacheNearlyFull"]["expr"].strip().endswith("> 0.8")
     assert rules["KunlunKvCacheNearlyFull"]["for"] == "3m"
     # Defaults that follow the validated combination's data (kunlun_stack).
@@ -152,7 +173,8 @@ def test_every_alert_is_tested_firing_and_one_evaluation_before(rules):
         expected = {}  # (alert, time) -> set of label sets
         for ev in case["alert_rule_test"]:
             expected[(ev["alertname"], _duration(ev["eval_time"]))] = {
-                tuple(sorted(a["exp_labels"].items())) for a in ev["exp_alerts"]}
+                tuple(sorted(a["exp_labels"].items())) for a in ev["exp_alerts"]
+            }
             if case["name"] == "healthy fleet":
                 assert not ev["exp_alerts"], "the healthy fleet fires %s" % ev["alertname"]
                 silent.add(ev["alertname"])
@@ -163,7 +185,8 @@ def test_every_alert_is_tested_firing_and_one_evaluation_before(rules):
         for (alert, labels), when in first.items():
             firing.add(alert)
             assert (alert, when - step) in expected and labels not in expected[(alert, when - step)], (
-                "%s %s fires at %ds in %r: expect it silent at the evaluation before too" % (alert, dict(labels), when,
-                                                                                            case["name"]))
+                "%s %s fires at %ds in %r: expect it silent at the evaluation before too"
+                % (alert, dict(labels), when, case["name"])
+            )
     assert firing == ALERTS, "alerts never tested firing: %s" % sorted(ALERTS - firing)
     assert silent == ALERTS, "alerts not tested silent on a healthy fleet: %s" % sorted(ALERTS - silent)

@@ -17,18 +17,34 @@ from ansible.module_utils import rollout_capacity as rc
 import serve_rollout
 
 # The per-host curve of the sim fleet's bench (reports/bench-20261130T193349Z/results.json).
-SIM_CURVE = [{"concurrency": 1, "output_tok_s": 34.7, "ttft_p99_s": 0.089},
-             {"concurrency": 64, "output_tok_s": 1038.5, "ttft_p99_s": 3.556},
-             {"concurrency": 256, "output_tok_s": 1572.1, "ttft_p99_s": 13.995}]
+SIM_CURVE = [
+    {"concurrency": 1, "output_tok_s": 34.7, "ttft_p99_s": 0.089},
+    {"concurrency": 64, "output_tok_s": 1038.5, "ttft_p99_s": 3.556},
+    {"concurrency": 256, "output_tok_s": 1572.1, "ttft_p99_s": 13.995},
+]
 HOSTS40 = ["p800-%02d" % i for i in range(1, 41)]
 
 
 # --- max-unavailable and batches -------------------------------------------------------
 
-@pytest.mark.parametrize("value,total,hosts", [
-    ("10%", 3, 1), ("10%", 40, 4), ("10%", 9, 1), ("10%", 15, 1), ("10%", 20, 2), ("25%", 40, 10),
-    ("50%", 3, 1), ("100%", 3, 3), (1, 40, 1), ("2", 40, 2), (5, 3, 3), ("10%", 0, 0),
-])
+
+@pytest.mark.parametrize(
+    "value,total,hosts",
+    [
+        ("10%", 3, 1),
+        ("10%", 40, 4),
+        ("10%", 9, 1),
+        ("10%", 15, 1),
+        ("10%", 20, 2),
+        ("25%", 40, 10),
+        ("50%", 3, 1),
+        ("100%", 3, 3),
+        (1, 40, 1),
+        ("2", 40, 2),
+        (5, 3, 3),
+        ("10%", 0, 0),
+    ],
+)
 def test_parse_bound(value, total, hosts):
     assert rc.parse_bound(value, total) == hosts
 
@@ -82,6 +98,7 @@ def batches(hosts, serial):
 
 # --- capacity from the bench's curve ----------------------------------------------------
 
+
 def test_host_capacity_best_output():
     cap, note = rc.host_capacity(SIM_CURVE)
     assert cap == 256 and note == "a host carries 256 concurrent: its best output, 1572 tok/s, on the bench's curve"
@@ -101,10 +118,20 @@ def test_host_capacity_without_a_curve():
 
 def test_host_capacity_reads_a_real_results_json(tmp_path):
     from kunlun_fleet.bench import plan
-    results = {"meta": {"hosts": ["h1"]}, "points": [
-        {"target": "h1", "kind": "sweep", "counts": True, "concurrency": c,
-         "client": {"output_tok_s": t, "ttft_ms": {"p99": f * 1000}}} for c, t, f in
-        [(1, 34.7, 0.089), (64, 1038.5, 3.556), (256, 1572.1, 13.995)]]}
+
+    results = {
+        "meta": {"hosts": ["h1"]},
+        "points": [
+            {
+                "target": "h1",
+                "kind": "sweep",
+                "counts": True,
+                "concurrency": c,
+                "client": {"output_tok_s": t, "ttft_ms": {"p99": f * 1000}},
+            }
+            for c, t, f in [(1, 34.7, 0.089), (64, 1038.5, 3.556), (256, 1572.1, 13.995)]
+        ],
+    }
     section = plan.plan_section(results, [])
     # What results.json stores as plan.per_host_curve is what the rollout reads.
     assert rc.host_capacity(section["per_host_curve"])[0] == 256
@@ -128,10 +155,10 @@ def test_in_flight_reads_running_and_waiting():
 
 
 def test_assess_40_hosts_under_load():
-    loads = {h: 150.0 for h in HOSTS40}          # 6000 in flight, 256 a host
+    loads = {h: 150.0 for h in HOSTS40}  # 6000 in flight, 256 a host
     v = rc.assess(loads, HOSTS40[:4], 256)
     assert v["ok"] and v["remaining"] == 36 and v["capacity_left"] == 36 * 256
-    assert v["can_go"] == 40 - 24                 # ceil(6000 / 256) = 24 hosts must stay
+    assert v["can_go"] == 40 - 24  # ceil(6000 / 256) = 24 hosts must stay
     # At 240 a host (9600) the rest of a 4-host batch carries 9216: too much.
     loads = {h: 240.0 for h in HOSTS40}
     v = rc.assess(loads, HOSTS40[:4], 256)
@@ -157,14 +184,17 @@ def test_assess_without_curve_only_the_bound():
 
 # --- the module against real HTTP servers -------------------------------------------------
 
+
 class Metrics(ThreadingHTTPServer):
     def __init__(self, running):
         self.running = running
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(h):  # noqa: N805
-                body = ('vllm:num_requests_running{model_name="m"} %s\nvllm:num_requests_waiting{model_name="m"} 0\n'
-                        % self.running()).encode()
+                body = (
+                    'vllm:num_requests_running{model_name="m"} %s\nvllm:num_requests_waiting{model_name="m"} 0\n'
+                    % self.running()
+                ).encode()
                 h.send_response(200)
                 h.send_header("Content-Length", str(len(body)))
                 h.end_headers()
@@ -210,7 +240,7 @@ def fleet():
 
 def test_module_plan_reads_the_fleet_and_shrinks(fleet):
     load, workers = fleet
-    workers["d"] = "http://127.0.0.1:9"          # does not answer: not serving
+    workers["d"] = "http://127.0.0.1:9"  # does not answer: not serving
     res = run({"mode": "plan", "workers": workers, "hosts": ["a", "b", "c", "d"], "curve": SIM_CURVE})
     assert not res["failed"] and res["load"] == 600 and res["not_answering"] == ["d"]
     # 600 in flight, 256 a host: 3 of 3 serving hosts must stay; the batches shrink to 1.
@@ -229,15 +259,16 @@ def test_module_gate_goes_when_the_rest_carries_it(fleet):
     load.update(a=100, b=100, c=100)
     res = run({"mode": "gate", "workers": workers, "hosts": ["a"], "curve": SIM_CURVE})
     assert res["ok"] and not res["failed"] and res["capacity_left"] == 512
-    assert res["msg"] == ("capacity: 300 request(s) in flight on 3 serving host(s); taking out a leaves 2 host(s) x 256 = 512 "
-                          "concurrent (a host carries 256 concurrent: its best output, 1572 tok/s, on the bench's curve): go")
+    assert res["msg"] == (
+        "capacity: 300 request(s) in flight on 3 serving host(s); taking out a leaves 2 host(s) x 256 = 512 "
+        "concurrent (a host carries 256 concurrent: its best output, 1572 tok/s, on the bench's curve): go"
+    )
 
 
 def test_module_gate_waits_then_goes(fleet):
-    load, workers = fleet                        # 600 in flight > 512 left
+    load, workers = fleet  # 600 in flight > 512 left
     threading.Timer(1.0, lambda: load.update(a=50)).start()
-    res = run({"mode": "gate", "workers": workers, "hosts": ["a"], "curve": SIM_CURVE, "timeout": 20,
-               "interval": 0.3})
+    res = run({"mode": "gate", "workers": workers, "hosts": ["a"], "curve": SIM_CURVE, "timeout": 20, "interval": 0.3})
     assert res["ok"] and not res["failed"] and res["waited"] >= 0.9
     assert "go after waiting" in res["msg"]
 

@@ -54,33 +54,48 @@ def tree(tmp_path_factory):
     """A checkout of its own: ansible.cfg, a site.yml of three stages, a stage that sleeps,
     one that connects, the pins file, and an inventory directory with a vaulted API key."""
     base = tmp_path_factory.mktemp("tree")
-    (base / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = False\ncallback_result_format = yaml\n"
-                                      "gathering = explicit\nforks = 10\n")
+    (base / "ansible.cfg").write_text(
+        "[defaults]\nretry_files_enabled = False\ncallback_result_format = yaml\ngathering = explicit\nforks = 10\n"
+    )
     (base / "playbooks").mkdir()
     site = ["---"]
     for stage in STAGES:
         title = stage.capitalize()
         (base / "playbooks" / ("%s.yml" % stage)).write_text(
-            STAGE_PLAY.format(title=title, stage=stage, fatal="true" if stage == "preflight" else "false"))
+            STAGE_PLAY.format(title=title, stage=stage, fatal="true" if stage == "preflight" else "false")
+        )
         site.append("- name: %s\n  ansible.builtin.import_playbook: playbooks/%s.yml" % (title, stage))
     (base / "site.yml").write_text("\n".join(site) + "\n")
     (base / "playbooks" / "sleepy.yml").write_text(
         "---\n- name: Sleepy | wait\n  hosts: servers\n  gather_facts: false\n  tasks:\n"
-        "    - name: Sleepy | sleep\n      ansible.builtin.command: sleep 47.5\n")
+        "    - name: Sleepy | sleep\n      ansible.builtin.command: sleep 47.5\n"
+    )
     (base / "playbooks" / "reach.yml").write_text(
         "---\n- name: Reach | every host\n  hosts: all\n  gather_facts: false\n  tasks:\n"
-        "    - name: Reach | ping\n      ansible.builtin.ping:\n")
+        "    - name: Reach | ping\n      ansible.builtin.ping:\n"
+    )
     pins = base / "roles" / "kunlun_stack" / "defaults"
     pins.mkdir(parents=True)
-    (pins / "main.yml").write_text("kunlun_stack_components:\n  vllm: {version: '0.15.1'}\n"
-                                   "kunlun_stack_driver: {version: '5.0.21.26'}\n")
+    (pins / "main.yml").write_text(
+        "kunlun_stack_components:\n  vllm: {version: '0.15.1'}\nkunlun_stack_driver: {version: '5.0.21.26'}\n"
+    )
     inv = base / "inv"
     inv.mkdir()
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    hosts = {"servers": {"hosts": {"a": local, "b": local}},
-             "far": {"hosts": {"c": {"ansible_connection": "ssh", "ansible_host": "127.0.0.1",
-                                     "ansible_port": _closed_port(), "ansible_ssh_timeout": 3,
-                                     "ansible_ssh_retries": 0}}}}
+    hosts = {
+        "servers": {"hosts": {"a": local, "b": local}},
+        "far": {
+            "hosts": {
+                "c": {
+                    "ansible_connection": "ssh",
+                    "ansible_host": "127.0.0.1",
+                    "ansible_port": _closed_port(),
+                    "ansible_ssh_timeout": 3,
+                    "ansible_ssh_retries": 0,
+                }
+            }
+        },
+    }
     (inv / "hosts.yml").write_text(yaml.safe_dump(hosts))
     vault.ensure_api_key(str(inv))
     return {"root": base, "inv": str(inv), "key": vault.read_api_key(str(inv))}
@@ -105,8 +120,13 @@ def test_a_good_deploy_prints_ansible_output_and_writes_the_report(tree, capsys)
     assert "PLAY RECAP" in out and "TASK [Storage | change]" in out
     run, s = last_run(tree)
     assert run.name.endswith("-deploy") and s["id"] == run.name
-    assert (s["status"], s["exit_code"], s["command"], s["inventory"], s["limit"]) == \
-        ("successful", 0, "deploy", tree["inv"], None)
+    assert (s["status"], s["exit_code"], s["command"], s["inventory"], s["limit"]) == (
+        "successful",
+        0,
+        "deploy",
+        tree["inv"],
+        None,
+    )
     assert [st["stage"] for st in s["stages"]] == STAGES
     assert all(st["result"] == "ok" and st["wall_s"] >= 0 for st in s["stages"])
     assert s["wall_s"] >= sum(st["wall_s"] for st in s["stages"]) - 0.5
@@ -142,11 +162,13 @@ def test_a_failed_host_from_a_stage_in_json(tree, capsys):
     assert (f["stage"], f["task"], f["unreachable"]) == ("storage", "Storage | fail where asked", False)
     assert f["message"].startswith("storage refused b: curl -H 'Authorization: Bearer ********' with ********")
     assert s["hosts"]["a"]["result"] == "ok" and s["hosts"]["a"]["changed"] == 2
-    assert s["resume"] == shlex.join(["kunlun-fleet", "deploy", "-i", tree["inv"], "--from", "storage",
-                                      "--limit", "b"] + extra)
+    assert s["resume"] == shlex.join(
+        ["kunlun-fleet", "deploy", "-i", tree["inv"], "--from", "storage", "--limit", "b"] + extra
+    )
     played = yaml.safe_load((run / "site.yml").read_text())
-    assert [p["ansible.builtin.import_playbook"] for p in played] == \
-        [str(tree["root"] / "playbooks" / ("%s.yml" % n)) for n in ("storage", "serve")]
+    assert [p["ansible.builtin.import_playbook"] for p in played] == [
+        str(tree["root"] / "playbooks" / ("%s.yml" % n)) for n in ("storage", "serve")
+    ]
     # Nothing the run stored holds a secret: the report, the events, ansible's stdout.
     for path in run.rglob("*"):
         if path.is_file():
@@ -168,8 +190,9 @@ def test_a_preflight_refusal_resumes_every_host_from_preflight(tree, capsys):
     assert s["exit_code"] == 3 and s["limit"] == "a,b"
     assert [st["result"] for st in s["stages"]] == ["failed", "not run", "not run"]
     # The run stopped for every host (any_errors_fatal): all of them start again.
-    assert s["resume"] == shlex.join(["kunlun-fleet", "deploy", "-i", tree["inv"], "--from", "preflight",
-                                      "--limit", "a,b"] + extra)
+    assert s["resume"] == shlex.join(
+        ["kunlun-fleet", "deploy", "-i", tree["inv"], "--from", "preflight", "--limit", "a,b"] + extra
+    )
     assert "FAILED a: preflight / Preflight | fail where asked" in capsys.readouterr().out
 
 
@@ -198,9 +221,14 @@ def _tree_processes(base):
 
 def test_ctrl_c_stops_the_run_and_writes_an_interrupted_report(tree):
     env = dict(os.environ, KUNLUN_FLEET_ROOT=str(tree["root"]), PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "kunlun_fleet.cli", "stage", "sleepy", "-i", tree["inv"],
-                             "--plain"], cwd=str(ROOT), env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kunlun_fleet.cli", "stage", "sleepy", "-i", tree["inv"], "--plain"],
+        cwd=str(ROOT),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     lines, started = [], threading.Event()
 
     def read():
@@ -256,8 +284,7 @@ def test_the_environment_is_the_checkouts(tree, monkeypatch):
     assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
 
 
-@pytest.mark.parametrize("force, colour", [(None, False), ("0", False), ("false", False), ("1", True),
-                                           ("True", True)])
+@pytest.mark.parametrize("force, colour", [(None, False), ("0", False), ("false", False), ("1", True), ("True", True)])
 def test_colour_only_when_forced_true(tree, monkeypatch, force, colour):
     """Output that is not a terminal has no colour codes unless ANSIBLE_FORCE_COLOR is a
     true boolean: a caller that pipes the output and sets it to 0 gets plain text."""
@@ -277,14 +304,15 @@ def test_from_and_only_choose_stages_in_site_order(tree, tmp_path):
     assert [s["stage"] for s in runner.select_stages(stages, only="serve, preflight")] == ["preflight", "serve"]
     assert runner.select_stages(stages) == stages
     path = runner.write_selection(runner.select_stages(stages, only="serve,preflight"), tmp_path / "site.yml")
-    assert [(p["name"], Path(p["ansible.builtin.import_playbook"]).name) for p in yaml.safe_load(path.read_text())] \
-        == [("Preflight", "preflight.yml"), ("Serve", "serve.yml")]
+    assert [(p["name"], Path(p["ansible.builtin.import_playbook"]).name) for p in yaml.safe_load(path.read_text())] == [
+        ("Preflight", "preflight.yml"),
+        ("Serve", "serve.yml"),
+    ]
 
 
 def test_the_real_site_stages_are_read_from_site_yml():
     names = [s["stage"] for s in runner.site_stages(ROOT)]
-    assert names[:9] == ["preflight", "storage", "engine", "driver", "image", "model", "serve", "gateway",
-                         "acceptance"]
+    assert names[:9] == ["preflight", "storage", "engine", "driver", "image", "model", "serve", "gateway", "acceptance"]
     serve = [s for s in runner.site_stages(ROOT) if s["stage"] == "serve"][0]
     assert len(serve["plays"]) == 2 and all(p.startswith("Serve |") for p in serve["plays"])
 
@@ -307,19 +335,40 @@ def test_runs_lists_the_reports(tmp_path, monkeypatch, capsys):
     assert cli.main(["runs"]) == 0
     assert "no runs yet" in capsys.readouterr().out
     parent = runner.runs_dir(tmp_path)
-    for name, status, wall, failed in (("20260101T000000Z-deploy", "successful", 3723.0, []),
-                                       ("20260102T000000Z-stage-serve", "failed", 42.5, ["p800-a02"])):
+    for name, status, wall, failed in (
+        ("20260101T000000Z-deploy", "successful", 3723.0, []),
+        ("20260102T000000Z-stage-serve", "failed", 42.5, ["p800-a02"]),
+    ):
         (parent / name).mkdir(parents=True)
-        (parent / name / "summary.json").write_text(json.dumps(
-            {"id": name, "command": name.split("-")[1], "playbook": "playbooks/serve.yml", "status": status, "wall_s": wall,
-             "failed_hosts": failed, "unreachable_hosts": ["p800-a09"] if failed else []}))
+        (parent / name / "summary.json").write_text(
+            json.dumps(
+                {
+                    "id": name,
+                    "command": name.split("-")[1],
+                    "playbook": "playbooks/serve.yml",
+                    "status": status,
+                    "wall_s": wall,
+                    "failed_hosts": failed,
+                    "unreachable_hosts": ["p800-a09"] if failed else [],
+                }
+            )
+        )
     (parent / "20260103T000000Z-deploy").mkdir()
     assert cli.main(["runs"]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines()]
     assert rows[0][:3] == ["id", "command", "status"]
     assert rows[1] == ["20260101T000000Z-deploy", "deploy", "successful", "1h02m03s", "0"]
-    assert rows[2] == ["20260102T000000Z-stage-serve", "stage", "serve", "failed", "42.5", "s", "2:", "p800-a02,",
-                       "p800-a09"]
+    assert rows[2] == [
+        "20260102T000000Z-stage-serve",
+        "stage",
+        "serve",
+        "failed",
+        "42.5",
+        "s",
+        "2:",
+        "p800-a02,",
+        "p800-a09",
+    ]
     assert rows[3][:3] == ["20260103T000000Z-deploy", "-", "no"]
     assert cli.main(["runs", "show", "2026"]) == runner.REFUSED
     assert "it matches" in capsys.readouterr().err
@@ -347,8 +396,15 @@ def test_the_live_view_groups_a_large_fleet(tree):
         t.feed(_event("runner_on_start", h, "Storage | the storage play", "Storage | change"))
     for h in hosts[:25]:
         t.feed(_event("runner_on_ok", h, "Storage | the storage play", "Storage | change", changed=True))
-    t.feed(_event("runner_on_failed", hosts[25], "Storage | the storage play", "Storage | change",
-                  msg="disk busy, Authorization: Bearer abcdef"))
+    t.feed(
+        _event(
+            "runner_on_failed",
+            hosts[25],
+            "Storage | the storage play",
+            "Storage | change",
+            msg="disk busy, Authorization: Bearer abcdef",
+        )
+    )
     console = Console(record=True, width=160)
     console.print(runner.render(t, "kunlun-fleet deploy"))
     text = console.export_text()

@@ -41,7 +41,7 @@ class Fake(object):
         self.lock = threading.Lock()
         self.key = KEY
         self.names = [NAME]
-        self.not_ready_probes = 0   # answer 503 to this many /v1/models first
+        self.not_ready_probes = 0  # answer 503 to this many /v1/models first
         self.completion_status = 200
         self.completion_text = ["Hello", " from", " the", " sea", "."]
         self.usage = True
@@ -93,7 +93,7 @@ def make_handler(fake):
             fake.posts.append(req)
             if fake.completion_status != 200:
                 return self._send(fake.completion_status, {"error": {"message": "EngineCore encountered an issue."}})
-            pieces = fake.completion_text[:req.get("max_tokens", 16)]
+            pieces = fake.completion_text[: req.get("max_tokens", 16)]
             usage = {"prompt_tokens": 7, "completion_tokens": len(pieces), "total_tokens": 7 + len(pieces)}
             if not req.get("stream"):
                 body = {"object": "text_completion", "choices": [{"index": 0, "text": "".join(pieces)}]}
@@ -137,8 +137,10 @@ def run(args, check_mode=False):
     module_args = dict(args)
     if check_mode:
         module_args["_ansible_check_mode"] = True
-    with patch_module_args(module_args), \
-            mock.patch.multiple(basic.AnsibleModule, exit_json=exit_json, fail_json=fail_json):
+    with (
+        patch_module_args(module_args),
+        mock.patch.multiple(basic.AnsibleModule, exit_json=exit_json, fail_json=fail_json),
+    ):
         with pytest.raises((ExitJson, FailJson)) as exc:
             serving_ready.main()
     return exc.type is FailJson, exc.value.args[0]
@@ -152,6 +154,7 @@ def base_args(fake, **over):
 
 def closed_port_url():
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -236,9 +239,18 @@ def test_no_text_fails(fake):
 def test_timeout_names_the_last_answer_and_shows_the_log_tail(tmp_path):
     log = tmp_path / "serve.log"
     log.write_text("".join("line %d\n" % i for i in range(1, 501)))
-    failed, result = run({"url": closed_port_url(), "served_model_name": NAME, "api_key": KEY,
-                          "timeout": 1, "interval": 0.2, "request_timeout": 2,
-                          "log_file": str(log), "log_lines": 3})
+    failed, result = run(
+        {
+            "url": closed_port_url(),
+            "served_model_name": NAME,
+            "api_key": KEY,
+            "timeout": 1,
+            "interval": 0.2,
+            "request_timeout": 2,
+            "log_file": str(log),
+            "log_lines": 3,
+        }
+    )
     assert failed
     assert "did not list '%s' within 1 s" % NAME in result["msg"]
     assert "Connection refused" in result["msg"]
@@ -249,8 +261,16 @@ def test_timeout_names_the_last_answer_and_shows_the_log_tail(tmp_path):
 
 
 def test_failed_command_stops_the_wait_early(tmp_path):
-    failed, result = run({"url": closed_port_url(), "served_model_name": NAME, "timeout": 600, "interval": 0.05,
-                          "failed_command": "true", "log_command": "printf 'a\\nEngine core died\\n'"})
+    failed, result = run(
+        {
+            "url": closed_port_url(),
+            "served_model_name": NAME,
+            "timeout": 600,
+            "interval": 0.05,
+            "failed_command": "true",
+            "log_command": "printf 'a\\nEngine core died\\n'",
+        }
+    )
     assert failed
     assert result["probes"] == 1
     assert "the service has failed (`true` exited 0)" in result["msg"]
@@ -308,8 +328,10 @@ def test_stream_figures_from_usage_and_chunk_times():
     """ttft = first text chunk - request; tok/s = (tokens - 1) / (last - first chunk)."""
     ticks = iter([10.0, 10.5, 10.6, 10.7, 10.9, 11.0])  # start, 4 text chunks, end
     lines = [b"data: %s\n\n" % json.dumps({"choices": [{"text": t}]}).encode() for t in ["a", " b", "", " c", " d"]]
-    lines += [b"data: %s\n\n" % json.dumps({"choices": [], "usage": {"completion_tokens": 5}}).encode(),
-              b"data: [DONE]\n\n"]
+    lines += [
+        b"data: %s\n\n" % json.dumps({"choices": [], "usage": {"completion_tokens": 5}}).encode(),
+        b"data: [DONE]\n\n",
+    ]
     client = serving_ready.Client("http://x", None, 1)
     start = next(ticks)
     text, tokens, ttft, rate, took = client._read_stream(FakeResponse(lines), "u", start, lambda: next(ticks))

@@ -26,10 +26,14 @@ SDIST_SHA256 = "1d45c87c7e76128a66ba6707eccf3571dcbecf9369f6be032444c8c26a20ff53
 
 # The public 0.15.1-era tree at bd3b083 ("support qwen3.5 moe for vllm 0.15.1") declares
 # these (baidu/vLLM-Kunlun: setup.py, pyproject.toml); the content here is a sketch.
-SETUP_PY = 'from setuptools import setup\n\nif __name__ == "__main__":\n    setup(\n        name="vllm_kunlun",\n' \
-           '        version="v1.0",\n        packages=["vllm_kunlun"],\n    )\n'
-PYPROJECT = '[build-system]\nrequires = ["hatchling>=1.22"]\nbuild-backend = "hatchling.build"\n\n' \
-            '[project]\nname = "vllm-kunlun"\nversion = "0.11.0"\n'
+SETUP_PY = (
+    'from setuptools import setup\n\nif __name__ == "__main__":\n    setup(\n        name="vllm_kunlun",\n'
+    '        version="v1.0",\n        packages=["vllm_kunlun"],\n    )\n'
+)
+PYPROJECT = (
+    '[build-system]\nrequires = ["hatchling>=1.22"]\nbuild-backend = "hatchling.build"\n\n'
+    '[project]\nname = "vllm-kunlun"\nversion = "0.11.0"\n'
+)
 TREE = {"setup.py": SETUP_PY, "pyproject.toml": PYPROJECT, "vllm_kunlun/__init__.py": ""}
 
 
@@ -50,8 +54,14 @@ def git_archive(tmp_path, prefix):
     env = dict(os.environ, GIT_AUTHOR_DATE="2026-03-03T11:56:25+0800", GIT_COMMITTER_DATE="2026-03-03T11:56:25+0800")
 
     def git(*args):
-        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *args], cwd=repo, env=env,
-                              check=True, capture_output=True, text=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *args],
+            cwd=repo,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
 
     git("init", "-q")
     git("add", ".")
@@ -74,8 +84,9 @@ def plain_tarball(path, files, top=""):
 
 def build(tmp_path, vendor, pin):
     lines = []
-    rc, _ = product.build(str(tmp_path / "bundle"), vendor=str(vendor), pins=pin, cache_path=str(tmp_path / "sums.json"),
-                          log=lines.append)
+    rc, _ = product.build(
+        str(tmp_path / "bundle"), vendor=str(vendor), pins=pin, cache_path=str(tmp_path / "sums.json"), log=lines.append
+    )
     return rc, "\n".join(lines)
 
 
@@ -118,8 +129,10 @@ def test_a_tarball_that_records_no_commit_is_the_commit_its_declared_sha256_says
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     rc, text = build(tmp_path / "a", vendor, pins("4885de2"))
     assert rc == product.WRONG
-    assert "vllm-kunlun declaring 0.11.0 (pyproject.toml), v1.0 (setup.py) records no commit (an sdist or a plain " \
-           "tarball, not a git archive): nothing shows it is commit 4885de2" in text
+    assert (
+        "vllm-kunlun declaring 0.11.0 (pyproject.toml), v1.0 (setup.py) records no commit (an sdist or a plain "
+        "tarball, not a git archive): nothing shows it is commit 4885de2" in text
+    )
     assert "kunlun_stack_components.vllm_kunlun.sha256" in text
     # the operator declares the file the vendor gave as that commit: its sha256 is its identity
     rc, text = build(tmp_path / "b", vendor, pins("4885de2", digest))
@@ -130,8 +143,11 @@ def test_a_tarball_that_records_no_commit_is_the_commit_its_declared_sha256_says
     assert rc == product.OK, text
     rc, text = check(tmp_path / "b", pins("4885de2", "0" * 64))
     assert rc == product.ERROR
-    assert "sha256 %s is not the one declared for commit 4885de2 (kunlun_stack_components.vllm_kunlun.sha256: %s)" \
-        % (digest, "0" * 64) in text
+    assert (
+        "sha256 %s is not the one declared for commit 4885de2 (kunlun_stack_components.vllm_kunlun.sha256: %s)"
+        % (digest, "0" * 64)
+        in text
+    )
 
 
 def test_a_tree_without_setup_py_where_the_build_looks_is_refused(tmp_path):
@@ -147,8 +163,10 @@ def test_a_tree_without_setup_py_where_the_build_looks_is_refused(tmp_path):
     plain_tarball(path, {"pyproject.toml": PYPROJECT})
     rc, text = build(tmp_path, vendor, pins("4885de2", hashlib.sha256(path.read_bytes()).hexdigest()))
     assert rc == product.WRONG
-    assert "has no setup.py at its top or in its one top-level directory (none): the image builds it with " \
-           "setup.py build and install" in text
+    assert (
+        "has no setup.py at its top or in its one top-level directory (none): the image builds it with "
+        "setup.py build and install" in text
+    )
 
 
 def index_sdist():
@@ -156,9 +174,23 @@ def index_sdist():
     path = INDEX_FILES / SDIST
     if not path.exists():
         INDEX_FILES.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                               "--disable-pip-version-check", "-d", str(INDEX_FILES), "vllm-kunlun==0.11.1"],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                "--disable-pip-version-check",
+                "-d",
+                str(INDEX_FILES),
+                "vllm-kunlun==0.11.1",
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert proc.returncode == 0 and path.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
     assert hashlib.sha256(path.read_bytes()).hexdigest() == SDIST_SHA256
     return path
@@ -174,12 +206,18 @@ def test_the_index_s_vllm_kunlun_sdist_is_identified_by_name_and_version(tmp_pat
     path = index_sdist()
     said = ident.read_source(str(path))
     assert (said["name"], said["version"], said["commit"], said["top_dir"], said["setup_py"]) == (
-        "vllm-kunlun", "0.11.1", "", "vllm_kunlun-0.11.1", False)
+        "vllm-kunlun",
+        "0.11.1",
+        "",
+        "vllm_kunlun-0.11.1",
+        False,
+    )
     assert said["declared"] == {"PKG-INFO": "0.11.1", "pyproject.toml": "0.11.1"}
     vendor = tmp_path / "vendor"
     vendor.mkdir()
-    os.link(path, vendor / SDIST) if os.stat(path).st_dev == os.stat(vendor).st_dev else \
-        (vendor / SDIST).write_bytes(path.read_bytes())
+    os.link(path, vendor / SDIST) if os.stat(path).st_dev == os.stat(vendor).st_dev else (vendor / SDIST).write_bytes(
+        path.read_bytes()
+    )
     rc, text = build(tmp_path, vendor, pins("4885de2"))
     assert rc == product.WRONG, text
     row = [line for line in text.splitlines() if line.startswith("vllm_kunlun ")][0]

@@ -43,8 +43,12 @@ def failed_by_layer(failed):
 
 # ---------------------------------------------------------------- the judge, on recordings
 
-CUDA_ROWS = ("torch.cuda.is_available()", "torch.cuda.device_count()", 'torch.arange(4, device="cuda:0")',
-             "torch.cuda.get_device_properties(0).total_memory")
+CUDA_ROWS = (
+    "torch.cuda.is_available()",
+    "torch.cuda.device_count()",
+    'torch.arange(4, device="cuda:0")',
+    "torch.cuda.get_device_properties(0).total_memory",
+)
 PLATFORM_ROWS = ("vllm.platform_plugins class", "platform.device_name", "platform.dist_backend")
 
 
@@ -53,27 +57,52 @@ def test_good_report_passes_every_check():
     assert failed == []
     assert sp.broken_layers(rows) == []
     names = [r["component"] for r in rows]
-    for comp in ("python", "torch", "kunlun_ops", "triton", "xspeedgate_ops", "cocopod", "vllm",
-                 "vllm_kunlun", "transformers", "torch.__version__",
-                 "torch_xmlir._XMLIRC._xpu_get_devices_number()", "vllm_kunlun.__file__",
-                 "from vllm_kunlun import _kunlun", "vllm_kunlun commit") + CUDA_ROWS + PLATFORM_ROWS:
+    for comp in (
+        (
+            "python",
+            "torch",
+            "kunlun_ops",
+            "triton",
+            "xspeedgate_ops",
+            "cocopod",
+            "vllm",
+            "vllm_kunlun",
+            "transformers",
+            "torch.__version__",
+            "torch_xmlir._XMLIRC._xpu_get_devices_number()",
+            "vllm_kunlun.__file__",
+            "from vllm_kunlun import _kunlun",
+            "vllm_kunlun commit",
+        )
+        + CUDA_ROWS
+        + PLATFORM_ROWS
+    ):
         assert comp in names
     by = {r["component"]: r for r in rows}
     assert by["torch.cuda.device_count()"]["found"] == "8"
     assert by['torch.arange(4, device="cuda:0")']["found"] == "[0, 1, 2, 3] on cuda:0"
     assert by["torch.cuda.get_device_properties(0).total_memory"]["found"].startswith("96.0 GiB (103079215104 bytes")
     assert by["torch.cuda.get_device_properties(0).total_memory"]["expected"] == "80-100 GiB"
-    assert [(by[c]["expected"], by[c]["found"]) for c in PLATFORM_ROWS[1:]] == [
-        ("cuda", "cuda"), ("nccl", "nccl")]
+    assert [(by[c]["expected"], by[c]["found"]) for c in PLATFORM_ROWS[1:]] == [("cuda", "cuda"), ("nccl", "nccl")]
     assert "platform.dispatch_key" not in by  # shown in the summary, not a check
     assert {r["layer"] for r in rows} == {"image", "driver", "torch", "plugin"}
     assert sp.summary(recorded("good.json")) == (
-        "torch.cuda: available, 8 devices, cuda:0 tensor ok, device 0 96.0 GiB; platform cuda/CUDA/nccl")
+        "torch.cuda: available, 8 devices, cuda:0 tensor ok, device 0 96.0 GiB; platform cuda/CUDA/nccl"
+    )
     cuda, platform = sp.findings(recorded("good.json"))
-    assert cuda == {"available": True, "device_count": 8, "tensor_ok": True,
-                    "total_memory_bytes": 103079215104, "device_name": "P800 OAM"}
-    assert platform == {"class": "vllm_kunlun.platforms.kunlun.KunlunPlatform", "device_name": "cuda",
-                        "dispatch_key": "CUDA", "dist_backend": "nccl"}
+    assert cuda == {
+        "available": True,
+        "device_count": 8,
+        "tensor_ok": True,
+        "total_memory_bytes": 103079215104,
+        "device_name": "P800 OAM",
+    }
+    assert platform == {
+        "class": "vllm_kunlun.platforms.kunlun.KunlunPlatform",
+        "device_name": "cuda",
+        "dispatch_key": "CUDA",
+        "dist_backend": "nccl",
+    }
 
 
 def test_cuda_not_available_names_the_torch_layer():
@@ -99,7 +128,8 @@ def test_seven_devices_fail_with_the_count():
     rows, failed = evaluate(recorded("seven_devices.json"))
     assert [(r["layer"], r["component"], r["expected"], r["found"]) for r in failed] == [
         ("driver", "torch_xmlir._XMLIRC._xpu_get_devices_number()", "8", "7"),
-        ("driver", "torch.cuda.device_count()", "8", "7")]
+        ("driver", "torch.cuda.device_count()", "8", "7"),
+    ]
     assert sp.broken_layers(rows) == ["driver"]
 
 
@@ -108,11 +138,16 @@ def test_no_device_visible_is_the_driver_for_every_cuda_check():
     report = recorded("good.json")
     report["devices"] = 0
     report["cuda"] = {"available": False, "device_count": 0, "tensor_ok": False}
-    report["errors"].update({"torch.cuda.tensor": "RuntimeError: No CUDA GPUs are available",
-                             "torch.cuda.get_device_properties": "RuntimeError: No CUDA GPUs are available"})
+    report["errors"].update(
+        {
+            "torch.cuda.tensor": "RuntimeError: No CUDA GPUs are available",
+            "torch.cuda.get_device_properties": "RuntimeError: No CUDA GPUs are available",
+        }
+    )
     rows, failed = evaluate(report)
     assert failed_by_layer(failed) == [("driver", "torch_xmlir._XMLIRC._xpu_get_devices_number()")] + [
-        ("driver", c) for c in CUDA_ROWS]
+        ("driver", c) for c in CUDA_ROWS
+    ]
     assert failed[3]["found"] == "(failed: RuntimeError: No CUDA GPUs are available)"
     assert sp.broken_layers(rows) == ["driver"]
 
@@ -133,11 +168,16 @@ def test_tensor_on_cuda0_failing_is_torch():
 
 def test_device_memory_out_of_range_is_torch():
     report = recorded("good.json")
-    report["cuda"]["total_memory_bytes"] = 32 * 1024 ** 3
+    report["cuda"]["total_memory_bytes"] = 32 * 1024**3
     _, failed = evaluate(report)
     assert [(r["layer"], r["component"], r["expected"], r["found"]) for r in failed] == [
-        ("torch", "torch.cuda.get_device_properties(0).total_memory", "80-100 GiB",
-         "32.0 GiB (34359738368 bytes, P800 OAM)")]
+        (
+            "torch",
+            "torch.cuda.get_device_properties(0).total_memory",
+            "80-100 GiB",
+            "32.0 GiB (34359738368 bytes, P800 OAM)",
+        )
+    ]
     # the range is the module's option: 96 GiB is outside 100-120, inside 90-96
     _, failed = evaluate(recorded("good.json"), memory_gib=(100, 120))
     assert [r["expected"] for r in failed] == ["100-120 GiB"]
@@ -156,10 +196,12 @@ def test_platform_dispatch_key_is_shown_not_gated_unless_asked():
     assert failed == []
     assert sp.summary(report).endswith("platform cuda/CPU/nccl")
     # the expected fields are the module's option: an operator can ask for it
-    rows, failed = evaluate(report, platform_fields={"device_name": "cuda", "dispatch_key": "CUDA",
-                                                     "dist_backend": "nccl"})
+    rows, failed = evaluate(
+        report, platform_fields={"device_name": "cuda", "dispatch_key": "CUDA", "dist_backend": "nccl"}
+    )
     assert [(r["layer"], r["component"], r["expected"], r["found"]) for r in failed] == [
-        ("plugin", "platform.dispatch_key", "CUDA", "CPU")]
+        ("plugin", "platform.dispatch_key", "CUDA", "CPU")
+    ]
     assert sp.broken_layers(rows) == ["plugin"]
 
 
@@ -173,7 +215,8 @@ def test_platform_of_another_plugin_or_not_importable_is_the_plugin_layer():
     report["errors"]["platform"] = "LookupError: no vllm.platform_plugins entry point names a platform class"
     _, failed = evaluate(report)
     assert [(r["layer"], r["found"]) for r in failed] == [
-        ("plugin", "(failed: LookupError: no vllm.platform_plugins entry point names a platform class)")]
+        ("plugin", "(failed: LookupError: no vllm.platform_plugins entry point names a platform class)")
+    ]
     assert sp.summary(report).endswith("; platform not loaded")
 
 
@@ -225,8 +268,13 @@ def test_torch_xpu_is_not_what_counts():
     """A report has no torch.xpu field at all: the count comes from torch_xmlir and torch.cuda."""
     assert "xpu." not in sp.PROBE_SOURCE.replace("_XMLIRC._xpu_get_devices_number", "")
     assert "_xpu_get_devices_number()" in sp.PROBE_SOURCE
-    for call in ("torch.cuda.is_available()", "torch.cuda.device_count()", 'torch.arange(4, device="cuda:0")',
-                 "torch.cuda.get_device_properties(0)", '"vllm.platform_plugins"'):
+    for call in (
+        "torch.cuda.is_available()",
+        "torch.cuda.device_count()",
+        'torch.arange(4, device="cuda:0")',
+        "torch.cuda.get_device_properties(0)",
+        '"vllm.platform_plugins"',
+    ):
         assert call in sp.PROBE_SOURCE
 
 
@@ -238,9 +286,11 @@ def test_parse_ignores_noise_and_refuses_no_report():
 
 
 def test_table_lines_up():
-    rows = [{"component": "torch", "expected": "2.5.1", "found": "2.4.0", "ok": False, "layer": "image"},
-            {"component": "known-bad combination", "expected": "absent", "found": "x", "ok": False},
-            {"component": "torch.cuda.device_count()", "expected": "8", "found": "7", "ok": False, "layer": "driver"}]
+    rows = [
+        {"component": "torch", "expected": "2.5.1", "found": "2.4.0", "ok": False, "layer": "image"},
+        {"component": "known-bad combination", "expected": "absent", "found": "x", "ok": False},
+        {"component": "torch.cuda.device_count()", "expected": "8", "found": "7", "ok": False, "layer": "driver"},
+    ]
     lines = sp.format_table(rows).splitlines()
     assert [c.strip() for c in lines[0].split("|")] == ["layer", "component", "expected", "found"]
     assert lines[2] == "image  | torch                     | 2.5.1    | 2.4.0"
@@ -255,6 +305,7 @@ def test_request_lists_every_versioned_pin_but_python():
 
 
 # ---------------------------------------------------------------- the module
+
 
 def run_module(capsys, args, check=False):
     import stack_proof
@@ -271,12 +322,21 @@ def run_module(capsys, args, check=False):
 def test_command_is_unprivileged_and_passes_each_node():
     import stack_proof
 
-    cmd = stack_proof.probe_command("/usr/bin/docker", "img:1", "/opt/vllm_kunlun/bin/python",
-                                    ["/dev/xpu0", "/dev/xpu1", "/dev/xpuctrl"], {"B": "2", "A": "1"}, "{}")
+    cmd = stack_proof.probe_command(
+        "/usr/bin/docker",
+        "img:1",
+        "/opt/vllm_kunlun/bin/python",
+        ["/dev/xpu0", "/dev/xpu1", "/dev/xpuctrl"],
+        {"B": "2", "A": "1"},
+        "{}",
+    )
     assert "--privileged" not in cmd and cmd[:3] == ["/usr/bin/docker", "run", "--rm"]
     assert cmd[cmd.index("--network") + 1] == "none"
     assert [cmd[i + 1] for i, a in enumerate(cmd) if a == "--device"] == [
-        "/dev/xpu0:/dev/xpu0", "/dev/xpu1:/dev/xpu1", "/dev/xpuctrl:/dev/xpuctrl"]
+        "/dev/xpu0:/dev/xpu0",
+        "/dev/xpu1:/dev/xpu1",
+        "/dev/xpuctrl:/dev/xpuctrl",
+    ]
     assert [cmd[i + 1] for i, a in enumerate(cmd) if a == "--env"] == ["A=1", "B=2"]
     assert cmd[cmd.index("--entrypoint") + 1] == "/opt/vllm_kunlun/bin/python"
     assert cmd[-4:] == ["img:1", "-c", sp.PROBE_SOURCE, "{}"]
@@ -285,12 +345,25 @@ def test_command_is_unprivileged_and_passes_each_node():
 def test_command_has_the_serving_container_s_options():
     import stack_proof
 
-    cmd = stack_proof.probe_command("/usr/bin/docker", "img:1", "/opt/vllm_kunlun/bin/python", ["/dev/xpu0"], {}, "{}",
-                                    "32g", ["SYS_PTRACE"], ["seccomp=unconfined"],
-                                    ["/usr/local/bin/xpu-smi:/usr/local/bin/xpu-smi:ro"])
+    cmd = stack_proof.probe_command(
+        "/usr/bin/docker",
+        "img:1",
+        "/opt/vllm_kunlun/bin/python",
+        ["/dev/xpu0"],
+        {},
+        "{}",
+        "32g",
+        ["SYS_PTRACE"],
+        ["seccomp=unconfined"],
+        ["/usr/local/bin/xpu-smi:/usr/local/bin/xpu-smi:ro"],
+    )
     pairs = list(zip(cmd, cmd[1:]))
-    for pair in (("--shm-size", "32g"), ("--cap-add", "SYS_PTRACE"), ("--security-opt", "seccomp=unconfined"),
-                 ("--volume", "/usr/local/bin/xpu-smi:/usr/local/bin/xpu-smi:ro")):
+    for pair in (
+        ("--shm-size", "32g"),
+        ("--cap-add", "SYS_PTRACE"),
+        ("--security-opt", "seccomp=unconfined"),
+        ("--volume", "/usr/local/bin/xpu-smi:/usr/local/bin/xpu-smi:ro"),
+    ):
         assert pair in pairs
     assert "--privileged" not in cmd and cmd[cmd.index("--network") + 1] == "none"
 
@@ -307,8 +380,10 @@ def test_the_image_role_proves_with_the_options_serve_renders():
         assert "'--cap-add %s'" % cap in unit
     for opt in image["image_proof_security_opt"]:
         assert "'--security-opt %s'" % opt in unit
-    assert "'--shm-size ' ~ serve_shm_size" in unit and "serve_shm_size | default('%s')" % serve["serve_shm_size"] \
-        in image["image_proof_shm_size"]
+    assert (
+        "'--shm-size ' ~ serve_shm_size" in unit
+        and "serve_shm_size | default('%s')" % serve["serve_shm_size"] in image["image_proof_shm_size"]
+    )
     assert "serve_xpu_smi ~ ':' ~ serve_xpu_smi ~ ':ro'" in unit
     assert "serve_xpu_smi | default('%s')" % serve["serve_xpu_smi"] in image["image_proof_volumes"][0]
     for part in ("serve_env", "'VLLM_HOST_IP': kunlun_stack_serving_addresses[inventory_hostname]", "serve_extra_env"):
@@ -341,10 +416,13 @@ def test_a_source_component_is_its_commit_not_its_declared_version():
     assert ("image", "vllm") in failed_by_layer(evaluate(report)[1])
 
 
-QUANT_OK = {"method": "compressed-tensors", "general_plugins": True, "listed": True,
-            "config": "vllm.model_executor.layers.quantization.compressed_tensors.CompressedTensorsConfig",
-            "module": "/opt/vllm_kunlun/lib/python3.10/site-packages/vllm/model_executor/layers/quantization/"
-                      "__init__.py"}
+QUANT_OK = {
+    "method": "compressed-tensors",
+    "general_plugins": True,
+    "listed": True,
+    "config": "vllm.model_executor.layers.quantization.compressed_tensors.CompressedTensorsConfig",
+    "module": "/opt/vllm_kunlun/lib/python3.10/site-packages/vllm/model_executor/layers/quantization/__init__.py",
+}
 
 
 def test_the_serving_quantization_method_must_load():
@@ -354,16 +432,21 @@ def test_the_serving_quantization_method_must_load():
     assert by["vllm quantization compressed-tensors"]["found"].startswith("vllm.model_executor.layers.quantization.")
     assert by["vllm.general_plugins"]["found"] == "loaded"
     # vllm's module emptied (an empty file copied over it): nothing to load the method with
-    broken = good_with(quantization={"method": "compressed-tensors", "general_plugins": True},
-                       errors={"quantization": "AttributeError: module 'vllm.model_executor.layers.quantization' has "
-                                               "no attribute 'get_quantization_config'"})
+    broken = good_with(
+        quantization={"method": "compressed-tensors", "general_plugins": True},
+        errors={
+            "quantization": "AttributeError: module 'vllm.model_executor.layers.quantization' has "
+            "no attribute 'get_quantization_config'"
+        },
+    )
     rows, failed = evaluate(broken, quantization="compressed-tensors")
     assert failed_by_layer(failed) == [("plugin", "vllm quantization compressed-tensors")]
     assert "no attribute 'get_quantization_config'" in failed[0]["found"]
     # a method the module does not list, and a report that never probed it
     unlisted = dict(QUANT_OK, method="kl3-compressed-xline", listed=False)
     assert failed_by_layer(evaluate(good_with(quantization=unlisted), quantization="kl3-compressed-xline")[1]) == [
-        ("plugin", "vllm quantization kl3-compressed-xline")]
+        ("plugin", "vllm quantization kl3-compressed-xline")
+    ]
     assert evaluate(recorded("good.json"), quantization="compressed-tensors")[1][0]["found"] == "(not probed)"
 
 
@@ -385,14 +468,16 @@ def test_the_probe_loads_the_quantization_method_as_vllm_does(tmp_path):
         (site / pkg / "__init__.py").write_text("")
     (site / "vllm" / "plugins").mkdir()
     (site / "vllm" / "plugins" / "__init__.py").write_text(
-        "import os\ndef load_general_plugins():\n    open(os.environ['PLUGINS_LOADED'], 'w').close()\n")
+        "import os\ndef load_general_plugins():\n    open(os.environ['PLUGINS_LOADED'], 'w').close()\n"
+    )
     (quant / "__init__.py").write_text("")
     request = sp.probe_request(COMPONENTS, "compressed-tensors")
     env = dict(os.environ, PYTHONPATH=str(site), PLUGINS_LOADED=str(tmp_path / "loaded"))
 
     def probe():
-        proc = subprocess.run([sys.executable, "-c", sp.PROBE_SOURCE, request], env=env, capture_output=True,
-                              text=True, cwd=str(tmp_path))
+        proc = subprocess.run(
+            [sys.executable, "-c", sp.PROBE_SOURCE, request], env=env, capture_output=True, text=True, cwd=str(tmp_path)
+        )
         return sp.parse_probe_output(proc.stdout)
 
     report = probe()
@@ -400,9 +485,11 @@ def test_the_probe_loads_the_quantization_method_as_vllm_does(tmp_path):
     assert "get_quantization_config" in report["errors"]["quantization"]
     row = sp.quantization_rows(report, "compressed-tensors")[-1]
     assert row["ok"] is False and row["layer"] == "plugin"
-    (quant / "__init__.py").write_text("QUANTIZATION_METHODS = ['awq', 'compressed-tensors']\n"
-                                       "class CompressedTensorsConfig:\n    pass\n"
-                                       "def get_quantization_config(q):\n    return CompressedTensorsConfig\n")
+    (quant / "__init__.py").write_text(
+        "QUANTIZATION_METHODS = ['awq', 'compressed-tensors']\n"
+        "class CompressedTensorsConfig:\n    pass\n"
+        "def get_quantization_config(q):\n    return CompressedTensorsConfig\n"
+    )
     report = probe()
     assert report["quantization"]["config"] == "vllm.model_executor.layers.quantization.CompressedTensorsConfig"
     assert all(r["ok"] for r in sp.quantization_rows(report, "compressed-tensors"))
@@ -414,7 +501,8 @@ def test_host_devices_numeric_order(tmp_path):
     for name in ("xpu10", "xpu2", "xpu0", "xpuctrl", "xpu1x", "xpu9"):
         (tmp_path / name).touch()
     assert stack_proof.host_devices(str(tmp_path)) == [
-        str(tmp_path / n) for n in ("xpu0", "xpu2", "xpu9", "xpu10", "xpuctrl")]
+        str(tmp_path / n) for n in ("xpu0", "xpu2", "xpu9", "xpu10", "xpuctrl")
+    ]
 
 
 FAKE_DOCKER = r'''#!/usr/bin/env python3
@@ -481,9 +569,16 @@ def _module_args(venv_info, nodes, **extra):
         (devs / ("xpu%d" % i)).touch()
         paths.append(str(devs / ("xpu%d" % i)))
     (devs / "xpuctrl").touch()
-    args = {"image": "kunlun-serving:test", "components": copy.deepcopy(COMPONENTS), "known_bad": KNOWN_BAD,
-            "device_count": 8, "python_match": "minor", "python": venv_info["python"],
-            "env": PINS["kunlun_stack_serving_env"], "devices": paths + [str(devs / "xpuctrl")]}
+    args = {
+        "image": "kunlun-serving:test",
+        "components": copy.deepcopy(COMPONENTS),
+        "known_bad": KNOWN_BAD,
+        "device_count": 8,
+        "python_match": "minor",
+        "python": venv_info["python"],
+        "env": PINS["kunlun_stack_serving_env"],
+        "devices": paths + [str(devs / "xpuctrl")],
+    }
     args.update(extra)
     return args
 
@@ -499,8 +594,17 @@ def fake_docker(stack_venv, monkeypatch):
 @pytest.mark.slow
 @pytest.mark.skipif(PY310 is None, reason=NO_PY310)
 def test_probe_proves_the_standin_stack(fake_docker, capsys):
-    r = run_module(capsys, _module_args(fake_docker, 8, quantization="compressed-tensors", shm_size="32g",
-                                        cap_add=["SYS_PTRACE"], security_opt=["seccomp=unconfined"]))
+    r = run_module(
+        capsys,
+        _module_args(
+            fake_docker,
+            8,
+            quantization="compressed-tensors",
+            shm_size="32g",
+            cap_add=["SYS_PTRACE"],
+            security_opt=["seccomp=unconfined"],
+        ),
+    )
     assert r.get("failed") is not True, r.get("msg")
     assert r["proven"] is True and r["changed"] is False
     rep = r["report"]
@@ -509,10 +613,19 @@ def test_probe_proves_the_standin_stack(fake_docker, capsys):
     assert rep["versions"]["vllm_kunlun"] == "0.15.1.dev0" and rep["versions"]["transformers"] == "5.2.0"
     assert rep["executable"].startswith(str(fake_docker["venv"]))
     assert r["layers"] == []
-    assert r["cuda"] == {"available": True, "device_count": 8, "tensor_ok": True,
-                         "total_memory_bytes": 98304 * 1024 * 1024, "device_name": "P800 OAM"}
-    assert r["platform"] == {"class": "vllm_kunlun.platforms.kunlun.KunlunPlatform", "device_name": "cuda",
-                             "dispatch_key": "CPU", "dist_backend": "nccl"}
+    assert r["cuda"] == {
+        "available": True,
+        "device_count": 8,
+        "tensor_ok": True,
+        "total_memory_bytes": 98304 * 1024 * 1024,
+        "device_name": "P800 OAM",
+    }
+    assert r["platform"] == {
+        "class": "vllm_kunlun.platforms.kunlun.KunlunPlatform",
+        "device_name": "cuda",
+        "dispatch_key": "CPU",
+        "dist_backend": "nccl",
+    }
     line = "torch.cuda: available, 8 devices, cuda:0 tensor ok, device 0 96.0 GiB; platform cuda/CPU/nccl"
     assert r["summary"] == line and r["msg"] == "image kunlun-serving:test proven: " + line
     assert 'torch  | torch.arange(4, device="cuda:0")' in r["table"]
@@ -540,10 +653,15 @@ def test_probe_with_no_device_visible_fails_like_the_real_torch(fake_docker, cap
     """No node passed: torch.cuda counts 0 and a tensor on cuda:0 raises; the driver is named."""
     r = run_module(capsys, _module_args(fake_docker, 0))
     assert r["failed"] is True and r["layers"] == ["driver"]
-    assert r["cuda"] == {"available": False, "device_count": 0, "tensor_ok": False, "total_memory_bytes": None,
-                         "device_name": None}
+    assert r["cuda"] == {
+        "available": False,
+        "device_count": 0,
+        "tensor_ok": False,
+        "total_memory_bytes": None,
+        "device_name": None,
+    }
     assert r["report"]["errors"]["torch.cuda.tensor"] == "RuntimeError: No CUDA GPUs are available"
-    assert "driver | torch.arange(4, device=\"cuda:0\")" in r["msg"]
+    assert 'driver | torch.arange(4, device="cuda:0")' in r["msg"]
     assert "torch.cuda: NOT available, 0 devices, cuda:0 tensor FAILED, device 0 memory unknown" in r["msg"]
 
 
@@ -553,20 +671,23 @@ def test_probe_memory_range_and_platform_fields_are_options(fake_docker, capsys)
     r = run_module(capsys, _module_args(fake_docker, 8, device_memory_min_gib=97, device_memory_max_gib=120))
     assert r["failed"] is True and r["layers"] == ["torch"]
     assert [(row["component"], row["expected"]) for row in r["rows"] if not row["ok"]] == [
-        ("torch.cuda.get_device_properties(0).total_memory", "97-120 GiB")]
+        ("torch.cuda.get_device_properties(0).total_memory", "97-120 GiB")
+    ]
     # dispatch_key is checked only when asked for (the stand-in says "CPU", as the public class)
     r = run_module(capsys, _module_args(fake_docker, 8, platform_fields={"dispatch_key": "CUDA"}))
     assert r["failed"] is True and r["layers"] == ["plugin"]
     assert [(row["component"], row["expected"], row["found"]) for row in r["rows"] if not row["ok"]] == [
-        ("platform.dispatch_key", "CUDA", "CPU")]
+        ("platform.dispatch_key", "CUDA", "CPU")
+    ]
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(PY310 is None, reason=NO_PY310)
 def test_probe_python_exact_names_the_patch_release(fake_docker, capsys):
     r = run_module(capsys, _module_args(fake_docker, 8, python_match="exact"))
-    found = subprocess.run([PY310, "-c", "import platform; print(platform.python_version())"],
-                           capture_output=True, text=True).stdout.strip()
+    found = subprocess.run(
+        [PY310, "-c", "import platform; print(platform.python_version())"], capture_output=True, text=True
+    ).stdout.strip()
     if found == COMPONENTS["python"]["version"]:
         pytest.skip("not applicable: this interpreter is the pinned patch release, there is no mismatch to name")
     assert r["failed"] is True
@@ -591,9 +712,13 @@ def test_probe_catches_a_known_bad_pin_in_the_image(fake_docker, capsys):
 @pytest.mark.skipif(PY310 is None, reason=NO_PY310)
 def test_probe_run_from_the_source_tree_is_not_fooled(fake_docker, capsys):
     """A vllm_kunlun directory in the working directory must not stand in for the installed one."""
-    proc = subprocess.run([fake_docker["python"], "-c", sp.PROBE_SOURCE, sp.probe_request(COMPONENTS)],
-                          cwd=str(fake_docker["src"]), capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", "KUNLUN_SIM_DEV_DIR": str(fake_docker["tmp"])})
+    proc = subprocess.run(
+        [fake_docker["python"], "-c", sp.PROBE_SOURCE, sp.probe_request(COMPONENTS)],
+        cwd=str(fake_docker["src"]),
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "KUNLUN_SIM_DEV_DIR": str(fake_docker["tmp"])},
+    )
     rep = sp.parse_probe_output(proc.stdout)
     assert rep["vllm_kunlun_in_site_packages"] is True
     assert not rep["vllm_kunlun_file"].startswith(str(fake_docker["src"]))
@@ -621,8 +746,9 @@ def test_probe_that_cannot_start_is_a_clear_failure(tmp_path, monkeypatch, capsy
     monkeypatch.setenv("PATH", "%s:%s" % (tmp_path, os.environ["PATH"]))
     monkeypatch.setenv("FAKE_DOCKER_IMAGE", "img:1")
     monkeypatch.setenv("FAKE_DOCKER_PYTHON", str(tmp_path / "no-python"))
-    r = run_module(capsys, {"image": "img:1", "components": COMPONENTS, "devices": [],
-                            "python": "/opt/vllm_kunlun/bin/python"})
+    r = run_module(
+        capsys, {"image": "img:1", "components": COMPONENTS, "devices": [], "python": "/opt/vllm_kunlun/bin/python"}
+    )
     assert r["failed"] and "the probe did not run in image img:1" in r["msg"]
 
 
@@ -631,10 +757,21 @@ def test_the_documentation_matches_the_argument_spec(monkeypatch):
 
     doc, _ = documented_spec(monkeypatch, stack_proof)
     assert doc["options"]["platform_fields"]["default"] == sp.PLATFORM_FIELDS
-    assert (doc["options"]["device_memory_min_gib"]["default"],
-            doc["options"]["device_memory_max_gib"]["default"]) == sp.MEMORY_GIB
+    assert (
+        doc["options"]["device_memory_min_gib"]["default"],
+        doc["options"]["device_memory_max_gib"]["default"],
+    ) == sp.MEMORY_GIB
     assert set(yaml.safe_load(stack_proof.RETURN)) == {
-        "proven", "rows", "table", "report", "devices", "layers", "cuda", "platform", "summary"}
+        "proven",
+        "rows",
+        "table",
+        "report",
+        "devices",
+        "layers",
+        "cuda",
+        "platform",
+        "summary",
+    }
     assert yaml.safe_load(stack_proof.EXAMPLES)
 
 
@@ -652,9 +789,12 @@ def record_fixtures(venv_info):  # pragma: no cover - used once to record the fi
         dev.mkdir(exist_ok=True)
         for i in range(count):
             (dev / ("xpu%d" % i)).touch()
-        proc = subprocess.run([venv_info["python"], "-c", sp.PROBE_SOURCE, sp.probe_request(COMPONENTS)],
-                              cwd="/", capture_output=True, text=True,
-                              env={"PATH": "/usr/bin:/bin", "KUNLUN_SIM_DEV_DIR": str(dev),
-                                   "XPU_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"})
+        proc = subprocess.run(
+            [venv_info["python"], "-c", sp.PROBE_SOURCE, sp.probe_request(COMPONENTS)],
+            cwd="/",
+            capture_output=True,
+            text=True,
+            env={"PATH": "/usr/bin:/bin", "KUNLUN_SIM_DEV_DIR": str(dev), "XPU_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"},
+        )
         (FIXTURES / name).write_text(json.dumps(sp.parse_probe_output(proc.stdout), indent=1, sort_keys=True) + "\n")
     shutil.copy(FIXTURES / "good.json", FIXTURES / "broken.json")

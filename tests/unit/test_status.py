@@ -56,16 +56,23 @@ class FakeModule:
 
 
 def systemctl_show(active="active", sub="running", load="loaded", mono="1000000000"):
-    text = ("LoadState=%s\nActiveState=%s\nSubState=%s\nActiveEnterTimestamp=Tue 2026-12-01 06:12:03 UTC\n"
-            "ActiveEnterTimestampMonotonic=%s\n" % (load, active, sub, mono))
+    text = (
+        "LoadState=%s\nActiveState=%s\nSubState=%s\nActiveEnterTimestamp=Tue 2026-12-01 06:12:03 UTC\n"
+        "ActiveEnterTimestampMonotonic=%s\n" % (load, active, sub, mono)
+    )
     props = "LoadState,ActiveState,SubState,ActiveEnterTimestamp,ActiveEnterTimestampMonotonic"
     return {("systemctl", "show", "kunlun-serve.service", "--property", props): (0, text, "")}
 
 
 def docker(tags=None, container=None):
     tags = {"current": CURRENT, "previous": PREVIOUS, "3e5f0a9c1d2b": CURRENT} if tags is None else tags
-    answers = {("docker", "images", "--no-trunc", "--format", "{{.Tag}} {{.ID}}", "kunlun-serving"):
-               (0, "".join("%s %s\n" % kv for kv in tags.items()), "")}
+    answers = {
+        ("docker", "images", "--no-trunc", "--format", "{{.Tag}} {{.ID}}", "kunlun-serving"): (
+            0,
+            "".join("%s %s\n" % kv for kv in tags.items()),
+            "",
+        )
+    }
     inspect = ("docker", "container", "inspect", "--format", "{{.Image}} {{.State.Status}}", "kunlun-serve")
     answers[inspect] = (0, "%s %s\n" % container, "") if container else (1, "", "Error: No such container")
     return answers
@@ -73,14 +80,21 @@ def docker(tags=None, container=None):
 
 def render_serve_unit(image_id=CURRENT, **overrides):
     """/etc/systemd/system/kunlun-serve.service as the serve role writes it (its template)."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(ROOT / "roles/serve/templates")),
-                             extensions=["jinja2.ext.do"])
-    values = dict(SERVE, ansible_managed="Ansible managed", serve_served_model_name=MODEL,
-                  serve_image_ref="kunlun-serving:current", serve_run_image_id=image_id,
-                  serve_python="/opt/vllm_kunlun/bin/python", serve_log_dir="/home/newdata/logs/serve",
-                  serve_model_path="/home/newdata/models/" + PINS["kunlun_stack_model"]["directory"],
-                  serve_args=PINS["kunlun_stack_serving"],
-                  serve_devices=["/dev/xpu%d" % i for i in range(8)])
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(ROOT / "roles/serve/templates")), extensions=["jinja2.ext.do"]
+    )
+    values = dict(
+        SERVE,
+        ansible_managed="Ansible managed",
+        serve_served_model_name=MODEL,
+        serve_image_ref="kunlun-serving:current",
+        serve_run_image_id=image_id,
+        serve_python="/opt/vllm_kunlun/bin/python",
+        serve_log_dir="/home/newdata/logs/serve",
+        serve_model_path="/home/newdata/models/" + PINS["kunlun_stack_model"]["directory"],
+        serve_args=PINS["kunlun_stack_serving"],
+        serve_devices=["/dev/xpu%d" % i for i in range(8)],
+    )
     values.update(overrides)
     return env.get_template("kunlun-serve.service.j2").render(**values)
 
@@ -88,18 +102,33 @@ def render_serve_unit(image_id=CURRENT, **overrides):
 def render_gateway_unit(workers):
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(ROOT / "roles/gateway/templates")))
     env.filters["quote"] = lambda s: "'%s'" % s
-    values = dict(GATEWAY, ansible_managed="Ansible managed", gateway_router_version="0.1.17",
-                  gateway_worker_urls=workers)
+    values = dict(
+        GATEWAY, ansible_managed="Ansible managed", gateway_router_version="0.1.17", gateway_worker_urls=workers
+    )
     return env.get_template("kunlun-gateway.service.j2").render(**values)
 
 
 def facts(count=8, states=None, caps=None):
     states = states or {}
     caps = caps or {}
-    return {"driver": "5.0.21.26", "runtime": "5.0.21", "pin": "5.0.21.26", "count": count,
-            "card_variants": ["VC"], "modules_loaded": True,
-            "devices": [{"index": i, "name": "P800 OAM", "serial": "02K0A3A00%02d" % i, "state": states.get(i, "ok"),
-                         "power_cap_w": caps.get(i, 400)} for i in range(count)]}
+    return {
+        "driver": "5.0.21.26",
+        "runtime": "5.0.21",
+        "pin": "5.0.21.26",
+        "count": count,
+        "card_variants": ["VC"],
+        "modules_loaded": True,
+        "devices": [
+            {
+                "index": i,
+                "name": "P800 OAM",
+                "serial": "02K0A3A00%02d" % i,
+                "state": states.get(i, "ok"),
+                "power_cap_w": caps.get(i, 400),
+            }
+            for i in range(count)
+        ],
+    }
 
 
 @pytest.fixture
@@ -112,12 +141,14 @@ def host_root(tmp_path):
     (tmp_path / "proc").mkdir()
     (tmp_path / "home").mkdir()
     (tmp_path / "etc/os-release").write_text(
-        'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nNAME="Debian GNU/Linux"\nVERSION_ID="12"\nID=debian\n')
+        'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nNAME="Debian GNU/Linux"\nVERSION_ID="12"\nID=debian\n'
+    )
     (tmp_path / "proc/mountinfo").write_text(
         "22 1 259:2 / / rw,relatime shared:1 - ext4 /dev/nvme0n1p2 rw\n"
         "40 22 259:3 / /home rw,relatime shared:20 - ext4 /dev/nvme0n1p3 rw\n"
         "41 40 253:0 / /home rw,noatime shared:21 - xfs /dev/mapper/data-home rw,attr2,inode64\n"
-        "42 22 0:50 / /mnt/with\\040space rw - tmpfs tmpfs rw\n")
+        "42 22 0:50 / /mnt/with\\040space rw - tmpfs tmpfs rw\n"
+    )
     (tmp_path / "proc/uptime").write_text("4600.25 9000.00\n")
     (tmp_path / "etc/ansible/facts.d/xpu.fact").write_text(json.dumps(facts()))
     (tmp_path / "etc/systemd/system/kunlun-serve.service").write_text(render_serve_unit())
@@ -126,11 +157,21 @@ def host_root(tmp_path):
 
 
 def params(root, **over):
-    p = {"mount_point": "/home", "service": "kunlun-serve",
-         "unit_file": str(root / "etc/systemd/system/kunlun-serve.service"),
-         "config_dir": str(root / "etc/kunlun-serve"), "image": "kunlun-serving:current", "previous_tag": "previous",
-         "facts_file": str(root / "etc/ansible/facts.d/xpu.fact"), "expected_devices": 8, "full_power_cap_w": 400,
-         "port": 8000, "worker_url": "http://10.20.1.11:8000", "metrics_timeout": 1.0, "command_timeout": 10}
+    p = {
+        "mount_point": "/home",
+        "service": "kunlun-serve",
+        "unit_file": str(root / "etc/systemd/system/kunlun-serve.service"),
+        "config_dir": str(root / "etc/kunlun-serve"),
+        "image": "kunlun-serving:current",
+        "previous_tag": "previous",
+        "facts_file": str(root / "etc/ansible/facts.d/xpu.fact"),
+        "expected_devices": 8,
+        "full_power_cap_w": 400,
+        "port": 8000,
+        "worker_url": "http://10.20.1.11:8000",
+        "metrics_timeout": 1.0,
+        "command_timeout": 10,
+    }
     p.update(over)
     return p
 
@@ -144,25 +185,37 @@ def test_os_release(host_root):
     found = host_status.read_os(str(host_root / "etc/os-release"), kernel="6.1.0-25-amd64")
     assert found == {"pretty_name": "Debian GNU/Linux 12 (bookworm)", "kernel": "6.1.0-25-amd64", "error": ""}
     (host_root / "etc/os-release").write_text('NAME="Ubuntu"\nVERSION="22.04.4 LTS (Jammy Jellyfish)"\n')
-    assert host_status.read_os(str(host_root / "etc/os-release"), "k")["pretty_name"] == \
-        "Ubuntu 22.04.4 LTS (Jammy Jellyfish)"
+    assert (
+        host_status.read_os(str(host_root / "etc/os-release"), "k")["pretty_name"]
+        == "Ubuntu 22.04.4 LTS (Jammy Jellyfish)"
+    )
     missing = host_status.read_os(str(host_root / "nope"), "k")
     assert missing["pretty_name"] is None and missing["error"].startswith("unreadable: No such file or directory")
 
 
 def test_mountinfo_takes_the_top_mount_and_unescapes():
     assert host_status.parse_mountinfo("22 1 259:2 / / rw - ext4 /dev/sda2 rw\nnot a mountinfo line\n", "/home") == {}
-    info = ("40 22 259:3 / /home rw - ext4 /dev/sda3 rw\n"
-            "41 40 253:0 / /home rw shared:2 - xfs /dev/mapper/data-home rw\n"
-            "42 22 0:50 / /mnt/with\\040space rw - tmpfs tmp\\040fs rw\n")
+    info = (
+        "40 22 259:3 / /home rw - ext4 /dev/sda3 rw\n"
+        "41 40 253:0 / /home rw shared:2 - xfs /dev/mapper/data-home rw\n"
+        "42 22 0:50 / /mnt/with\\040space rw - tmpfs tmp\\040fs rw\n"
+    )
     assert host_status.parse_mountinfo(info, "/home/") == {"fstype": "xfs", "source": "/dev/mapper/data-home"}
     assert host_status.parse_mountinfo(info, "/mnt/with space") == {"fstype": "tmpfs", "source": "tmp fs"}
 
 
 def test_volume_size_and_free(host_root):
     found = host_status.read_volume("/home", str(host_root / "proc/mountinfo"), statvfs=lambda p: Stat)
-    assert found == {"mount_point": "/home", "mounted": True, "source": "/dev/mapper/data-home", "fstype": "xfs",
-                     "size_bytes": 4096000, "free_bytes": 1024000, "free_pct": 25.0, "error": ""}
+    assert found == {
+        "mount_point": "/home",
+        "mounted": True,
+        "source": "/dev/mapper/data-home",
+        "fstype": "xfs",
+        "size_bytes": 4096000,
+        "free_bytes": 1024000,
+        "free_pct": 25.0,
+        "error": "",
+    }
 
 
 def test_volume_not_mounted_or_missing(host_root):
@@ -197,12 +250,15 @@ def test_driver_facts_a_card_in_error_and_one_in_low_power(host_root):
     assert host_status.read_driver(str(path), 8, None)["power_ok"] is None
 
 
-@pytest.mark.parametrize("content, state, error", [
-    (None, "absent", "no driver facts ({path} is missing: the driver stage has not completed here)"),
-    ("{not json", "unreadable", "unreadable: {path} is not JSON ("),
-    ("[1, 2]", "unreadable", "unreadable: {path} is not a JSON object"),
-    ("dir", "unreadable", "unreadable: Is a directory"),
-])
+@pytest.mark.parametrize(
+    "content, state, error",
+    [
+        (None, "absent", "no driver facts ({path} is missing: the driver stage has not completed here)"),
+        ("{not json", "unreadable", "unreadable: {path} is not JSON ("),
+        ("[1, 2]", "unreadable", "unreadable: {path} is not a JSON object"),
+        ("dir", "unreadable", "unreadable: Is a directory"),
+    ],
+)
 def test_driver_facts_missing_or_unreadable(tmp_path, content, state, error):
     path = tmp_path / "xpu.fact"
     if content == "dir":
@@ -223,10 +279,17 @@ def test_the_serve_roles_unit_gives_image_model_and_port(host_root):
 def test_unit_with_another_port_and_extra_args(tmp_path):
     args = dict(PINS["kunlun_stack_serving"], port=8100)
     unit = tmp_path / "u.service"
-    unit.write_text(render_serve_unit(image_id="kunlun-serving:current", serve_args=args,
-                                      serve_extra_args=["--disable-log-requests"]))
-    assert host_status.read_unit(str(unit)) == {"image": "kunlun-serving:current", "model": MODEL, "port": 8100,
-                                                "error": ""}
+    unit.write_text(
+        render_serve_unit(
+            image_id="kunlun-serving:current", serve_args=args, serve_extra_args=["--disable-log-requests"]
+        )
+    )
+    assert host_status.read_unit(str(unit)) == {
+        "image": "kunlun-serving:current",
+        "model": MODEL,
+        "port": 8100,
+        "error": "",
+    }
 
 
 def test_unit_missing_or_not_docker(tmp_path):
@@ -237,8 +300,22 @@ def test_unit_missing_or_not_docker(tmp_path):
 
 
 def test_docker_run_parsing():
-    argv = ["/usr/bin/docker", "run", "--rm", "--name", "x", "--net=host", "-v", "/a:/a", "-it", "img:1",
-            "python", "--served-model-name=m", "--port", "9"]
+    argv = [
+        "/usr/bin/docker",
+        "run",
+        "--rm",
+        "--name",
+        "x",
+        "--net=host",
+        "-v",
+        "/a:/a",
+        "-it",
+        "img:1",
+        "python",
+        "--served-model-name=m",
+        "--port",
+        "9",
+    ]
     run = host_status.parse_docker_run(argv)
     assert run["image"] == "img:1" and host_status.flag_value(run["args"], "--served-model-name") == "m"
     assert host_status.flag_value(run["args"], "--port") == "9"
@@ -247,17 +324,25 @@ def test_docker_run_parsing():
 
 # ---------------------------------------------------------------- systemctl
 def test_service_active_and_for_how_long(host_root):
-    found = host_status.read_service(FakeModule(systemctl_show(mono="600000000")), "kunlun-serve", 10,
-                                     uptime=str(host_root / "proc/uptime"))
-    assert found == {"unit": "kunlun-serve.service", "active": "active", "sub": "running",
-                     "since": "Tue 2026-12-01 06:12:03 UTC", "active_for_s": 4000.2, "error": ""}
+    found = host_status.read_service(
+        FakeModule(systemctl_show(mono="600000000")), "kunlun-serve", 10, uptime=str(host_root / "proc/uptime")
+    )
+    assert found == {
+        "unit": "kunlun-serve.service",
+        "active": "active",
+        "sub": "running",
+        "since": "Tue 2026-12-01 06:12:03 UTC",
+        "active_for_s": 4000.2,
+        "error": "",
+    }
 
 
 def test_service_inactive_not_found_and_unreadable(host_root):
     found = host_status.read_service(FakeModule(systemctl_show("inactive", "dead", mono="0")), "kunlun-serve", 10)
     assert (found["active"], found["sub"], found["active_for_s"]) == ("inactive", "dead", None)
-    found = host_status.read_service(FakeModule(systemctl_show("inactive", "dead", load="not-found")),
-                                     "kunlun-serve", 10)
+    found = host_status.read_service(
+        FakeModule(systemctl_show("inactive", "dead", load="not-found")), "kunlun-serve", 10
+    )
     assert found["active"] == "not-found" and found["error"] == ""
     found = host_status.read_service(FakeModule({}), "kunlun-serve", 10)
     assert found["active"] is None and found["error"].startswith("unreadable: systemctl show kunlun-serve.service:")
@@ -270,8 +355,9 @@ def test_service_inactive_not_found_and_unreadable(host_root):
 
 # ---------------------------------------------------------------- the image
 def read_image(answers, unit=CURRENT, pinned=CURRENT, bins=("docker", "timeout")):
-    return host_status.read_image(FakeModule(answers, bins), "kunlun-serving:current", "previous", "kunlun-serve",
-                                  unit, pinned, 10)
+    return host_status.read_image(
+        FakeModule(answers, bins), "kunlun-serving:current", "previous", "kunlun-serve", unit, pinned, 10
+    )
 
 
 def test_image_current():
@@ -299,8 +385,10 @@ def test_image_by_tag_in_the_unit_is_resolved():
 def test_image_none_unknown_and_unreadable():
     assert read_image(docker(), unit=None, pinned=None)["state"] == "none"
     found = read_image(docker(tags={"previous": PREVIOUS}))
-    assert found["state"] == "unknown" and found["error"] == \
-        "no kunlun-serving:current on the host (the image stage has not run here)"
+    assert (
+        found["state"] == "unknown"
+        and found["error"] == "no kunlun-serving:current on the host (the image stage has not run here)"
+    )
     found = read_image({})
     assert found["state"] == "unknown" and found["error"].startswith("unreadable: docker images kunlun-serving:")
     found = read_image({}, bins=())
@@ -308,8 +396,10 @@ def test_image_none_unknown_and_unreadable():
 
 
 def test_image_reference_with_a_registry_port():
-    assert host_status.split_ref("reg.example:5000/kunlun-serving:current") == ("reg.example:5000/kunlun-serving",
-                                                                              "current")
+    assert host_status.split_ref("reg.example:5000/kunlun-serving:current") == (
+        "reg.example:5000/kunlun-serving",
+        "current",
+    )
     assert host_status.split_ref("reg.example:5000/kunlun-serving") == ("reg.example:5000/kunlun-serving", "latest")
 
 
@@ -330,6 +420,7 @@ def test_metrics_sum_over_engines():
 
 def serve_http(routes):
     """A local HTTP server answering GET path -> (status, body); returns (server, port)."""
+
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             status_code, body = routes.get(self.path, (404, "not found"))
@@ -357,8 +448,13 @@ def closed_port():
 
 def dead_host():
     """Inventory variables of a host whose SSH port refuses connections (fails fast)."""
-    return {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": closed_port(),
-            "ansible_ssh_timeout": 3, "ansible_ssh_retries": 0}
+    return {
+        "ansible_connection": "ssh",
+        "ansible_host": "127.0.0.1",
+        "ansible_port": closed_port(),
+        "ansible_ssh_timeout": 3,
+        "ansible_ssh_retries": 0,
+    }
 
 
 def test_requests_from_the_local_metrics():
@@ -390,8 +486,13 @@ def test_one_read_of_a_serving_host(host_root):
     unit.write_text(render_serve_unit(serve_args=args))
     module = FakeModule({**systemctl_show(), **docker(container=(CURRENT, "running"))})
     try:
-        found = host_status.read(module, params(host_root), os_release=str(host_root / "etc/os-release"),
-                                 mountinfo=str(host_root / "proc/mountinfo"), uptime=str(host_root / "proc/uptime"))
+        found = host_status.read(
+            module,
+            params(host_root),
+            os_release=str(host_root / "etc/os-release"),
+            mountinfo=str(host_root / "proc/mountinfo"),
+            uptime=str(host_root / "proc/uptime"),
+        )
     finally:
         server.shutdown()
     assert set(found) == {"os", "volume", "driver", "service", "image", "serving"}
@@ -399,19 +500,33 @@ def test_one_read_of_a_serving_host(host_root):
     assert found["volume"]["fstype"] == "xfs" and found["volume"]["source"] == "/dev/mapper/data-home"
     assert found["driver"]["devices_ok"] == 8 and found["service"]["active"] == "active"
     assert found["image"]["state"] == "current"
-    assert found["serving"] == {"model": MODEL, "port": port, "worker_url": "http://10.20.1.11:8000",
-                                "requests_running": 5, "requests_waiting": 1, "error": ""}
+    assert found["serving"] == {
+        "model": MODEL,
+        "port": port,
+        "worker_url": "http://10.20.1.11:8000",
+        "requests_running": 5,
+        "requests_waiting": 1,
+        "error": "",
+    }
     # Read-only: systemctl show, docker images and docker container inspect, nothing else.
     assert {tuple(c[2:4]) if c[0].endswith("timeout") else tuple(c[:2]) for c in module.calls} == {
-        ("/usr/bin/systemctl", "show"), ("/usr/bin/docker", "images"), ("/usr/bin/docker", "container")}
+        ("/usr/bin/systemctl", "show"),
+        ("/usr/bin/docker", "images"),
+        ("/usr/bin/docker", "container"),
+    }
     assert all("inspect" in c or "images" in c or "show" in c for c in module.calls)
 
 
 def test_one_read_of_a_bare_host(tmp_path):
     """Nothing deployed: every section says what it lacks, nothing raises."""
     module = FakeModule({}, bins=())
-    found = host_status.read(module, params(tmp_path), os_release=str(tmp_path / "os-release"),
-                             mountinfo=str(tmp_path / "mountinfo"), uptime=str(tmp_path / "uptime"))
+    found = host_status.read(
+        module,
+        params(tmp_path),
+        os_release=str(tmp_path / "os-release"),
+        mountinfo=str(tmp_path / "mountinfo"),
+        uptime=str(tmp_path / "uptime"),
+    )
     assert found["driver"]["state"] == "absent" and found["driver"]["error"].startswith("no driver facts")
     assert found["service"]["error"] == "unreadable: no systemctl on the host"
     assert found["image"]["state"] == "unknown" and found["os"]["error"].startswith("unreadable:")
@@ -424,18 +539,26 @@ def test_a_reader_that_breaks_is_a_value_not_a_failure(host_root, monkeypatch):
         raise RuntimeError("the unexpected")
 
     monkeypatch.setattr(host_status, "read_driver", boom)
-    found = host_status.read(FakeModule(systemctl_show()), params(host_root), os_release=str(host_root / "x"),
-                             mountinfo=str(host_root / "proc/mountinfo"), uptime=str(host_root / "proc/uptime"))
+    found = host_status.read(
+        FakeModule(systemctl_show()),
+        params(host_root),
+        os_release=str(host_root / "x"),
+        mountinfo=str(host_root / "proc/mountinfo"),
+        uptime=str(host_root / "proc/uptime"),
+    )
     assert found["driver"]["error"] == "unreadable: the unexpected" and found["driver"]["state"] == "unreadable"
 
 
-@pytest.mark.parametrize("over, problem", [
-    ({"service": "kunlun serve"}, "service 'kunlun serve' is not a unit name"),
-    ({"image": ""}, "image '' is not an image reference"),
-    ({"expected_devices": 0}, "expected_devices must be 1 or more"),
-    ({"port": 70000}, "port must be 1 to 65535"),
-    ({"metrics_timeout": 0}, "metrics_timeout and command_timeout must be above 0"),
-])
+@pytest.mark.parametrize(
+    "over, problem",
+    [
+        ({"service": "kunlun serve"}, "service 'kunlun serve' is not a unit name"),
+        ({"image": ""}, "image '' is not an image reference"),
+        ({"expected_devices": 0}, "expected_devices must be 1 or more"),
+        ({"port": 70000}, "port must be 1 to 65535"),
+        ({"metrics_timeout": 0}, "metrics_timeout and command_timeout must be above 0"),
+    ],
+)
 def test_bad_parameters_are_the_only_failures(tmp_path, over, problem):
     assert host_status.check_params(params(tmp_path)) == []
     assert any(p.startswith(problem) for p in host_status.check_params(params(tmp_path, **over)))
@@ -451,21 +574,51 @@ def test_the_documentation_matches_the_argument_spec(monkeypatch):
 def ok_result(active="active", image_state="current", devices_ok=8, worker="http://10.0.0.1:8000", low=()):
     return {
         "os": {"pretty_name": "Debian GNU/Linux 12 (bookworm)", "kernel": "6.1.0-25-amd64", "error": ""},
-        "volume": {"mount_point": "/home", "mounted": True, "source": "/dev/mapper/data-home", "fstype": "xfs",
-                   "size_bytes": 15393162788864, "free_bytes": 14983105024000, "free_pct": 97.3, "error": ""},
-        "driver": {"state": "present", "version": "5.0.21.26", "devices": 8, "devices_ok": devices_ok, "expected": 8,
-                   "bad_devices": list(range(devices_ok, 8)), "low_power": list(low), "power_ok": not low,
-                   "error": ""},
-        "service": {"unit": "kunlun-serve.service", "active": active,
-                    "sub": "running" if active == "active" else "dead",
-                    "since": "Tue 2026-12-01 06:12:03 UTC", "active_for_s": 93784.0 if active == "active" else None,
-                    "error": ""},
-        "image": {"ref": "kunlun-serving:current", "state": image_state, "current_id": CURRENT,
-                  "runs_id": CURRENT if image_state == "current" else PREVIOUS,
-                  "runs_tags": ["current"] if image_state == "current" else ["previous"], "error": ""},
-        "serving": {"model": MODEL, "port": 8000, "worker_url": worker,
-                    "requests_running": 3 if active == "active" else None,
-                    "requests_waiting": 0 if active == "active" else None, "error": ""},
+        "volume": {
+            "mount_point": "/home",
+            "mounted": True,
+            "source": "/dev/mapper/data-home",
+            "fstype": "xfs",
+            "size_bytes": 15393162788864,
+            "free_bytes": 14983105024000,
+            "free_pct": 97.3,
+            "error": "",
+        },
+        "driver": {
+            "state": "present",
+            "version": "5.0.21.26",
+            "devices": 8,
+            "devices_ok": devices_ok,
+            "expected": 8,
+            "bad_devices": list(range(devices_ok, 8)),
+            "low_power": list(low),
+            "power_ok": not low,
+            "error": "",
+        },
+        "service": {
+            "unit": "kunlun-serve.service",
+            "active": active,
+            "sub": "running" if active == "active" else "dead",
+            "since": "Tue 2026-12-01 06:12:03 UTC",
+            "active_for_s": 93784.0 if active == "active" else None,
+            "error": "",
+        },
+        "image": {
+            "ref": "kunlun-serving:current",
+            "state": image_state,
+            "current_id": CURRENT,
+            "runs_id": CURRENT if image_state == "current" else PREVIOUS,
+            "runs_tags": ["current"] if image_state == "current" else ["previous"],
+            "error": "",
+        },
+        "serving": {
+            "model": MODEL,
+            "port": 8000,
+            "worker_url": worker,
+            "requests_running": 3 if active == "active" else None,
+            "requests_waiting": 0 if active == "active" else None,
+            "error": "",
+        },
         "changed": False,
     }
 
@@ -480,10 +633,15 @@ def gateway_events(workers, configured=None, answering=True, gw="gw-1"):
         item["json"] = {"urls": workers}
     else:
         item["msg"] = "Status code was -1 and not [200]: Request failed: <urlopen error [Errno 111] Connection refused>"
-    unit = {"status_gateway": gw, "content": base64.b64encode(render_gateway_unit(configured or []).encode()).decode(),
-            "encoding": "base64"}
-    return [event("runner_on_ok", "kf-node-1", "ansible.builtin.uri", {"results": [item]}),
-            event("runner_on_ok", "kf-node-1", "ansible.builtin.slurp", {"results": [unit]})]
+    unit = {
+        "status_gateway": gw,
+        "content": base64.b64encode(render_gateway_unit(configured or []).encode()).decode(),
+        "encoding": "base64",
+    }
+    return [
+        event("runner_on_ok", "kf-node-1", "ansible.builtin.uri", {"results": [item]}),
+        event("runner_on_ok", "kf-node-1", "ansible.builtin.slurp", {"results": [unit]}),
+    ]
 
 
 def state_of(events):
@@ -497,8 +655,14 @@ def fleet_events(results, gateway=None):
     events = [event("runner_on_start", h, "host_status", None) for h in results]
     for host, res in results.items():
         if res == "unreachable":
-            events.append(event("runner_on_unreachable", host, "host_status",
-                                {"unreachable": True, "msg": "Failed to connect to the host via ssh: refused"}))
+            events.append(
+                event(
+                    "runner_on_unreachable",
+                    host,
+                    "host_status",
+                    {"unreachable": True, "msg": "Failed to connect to the host via ssh: refused"},
+                )
+            )
         elif isinstance(res, str):
             events.append(event("runner_on_failed", host, "host_status", {"failed": True, "msg": res}))
         else:
@@ -518,26 +682,34 @@ def test_all_healthy():
 
 
 def test_each_rule_names_its_reason():
-    results = {"kf-node-1": ok_result(active="inactive", worker=W["kf-node-1"]),
-               "kf-node-2": ok_result(image_state="stale", worker=W["kf-node-2"]),
-               "kf-node-3": ok_result(devices_ok=7, worker=W["kf-node-3"]),
-               "kf-node-10": ok_result(worker=W["kf-node-10"], low=(5,))}
+    results = {
+        "kf-node-1": ok_result(active="inactive", worker=W["kf-node-1"]),
+        "kf-node-2": ok_result(image_state="stale", worker=W["kf-node-2"]),
+        "kf-node-3": ok_result(devices_ok=7, worker=W["kf-node-3"]),
+        "kf-node-10": ok_result(worker=W["kf-node-10"], low=(5,)),
+    }
     # kf-node-3 drained (configured, not listed); kf-node-1 still listed.
     listed = [W["kf-node-1"], W["kf-node-2"], W["kf-node-10"]]
     doc = status.document(state_of(fleet_events(results, gateway_events(listed, list(W.values())))))
     rows = {r["host"]: r for r in doc["hosts"]}
     assert rows["kf-node-1"]["reasons"] == ["kunlun-serve.service is inactive"]
     assert rows["kf-node-2"]["reasons"] == [
-        "image stale: runs %s (previous), kunlun-serving:current is %s" % ("41ab" * 3, "9f1c" * 3)]
-    assert rows["kf-node-3"]["reasons"] == ["accelerators 7/8 ok (not ok: 7)",
-                                            "not in the gateway: drained (taken out with remove_worker) on gw-1"]
+        "image stale: runs %s (previous), kunlun-serving:current is %s" % ("41ab" * 3, "9f1c" * 3)
+    ]
+    assert rows["kf-node-3"]["reasons"] == [
+        "accelerators 7/8 ok (not ok: 7)",
+        "not in the gateway: drained (taken out with remove_worker) on gw-1",
+    ]
     assert rows["kf-node-10"]["healthy"] and rows["kf-node-10"]["warnings"] == ["cards below full power: 5"]
     assert doc["healthy"] is False and doc["exit_code"] == 2
 
 
 def test_unreachable_wins_the_exit_code_and_a_failed_read_is_unhealthy():
-    results = {"kf-node-1": ok_result(worker=W["kf-node-1"]), "kf-node-2": "unreachable",
-               "kf-node-3": "host_status: port must be 1 to 65535, got 0"}
+    results = {
+        "kf-node-1": ok_result(worker=W["kf-node-1"]),
+        "kf-node-2": "unreachable",
+        "kf-node-3": "host_status: port must be 1 to 65535, got 0",
+    }
     doc = status.document(state_of(fleet_events(results, gateway_events([W["kf-node-1"]], [W["kf-node-1"]]))))
     rows = {r["host"]: r for r in doc["hosts"]}
     assert rows["kf-node-2"]["reachable"] is False
@@ -554,23 +726,30 @@ def test_no_driver_facts_is_unhealthy():
     assert row["reasons"] == ["no driver facts (/etc/ansible/facts.d/xpu.fact is missing: ...)"]
 
 
-@pytest.mark.parametrize("gateway, has_gateway, reason", [
-    ({"state": "in"}, True, None),
-    ({"state": "n/a"}, False, None),
-    ({"state": "absent", "detail": "not listed on gw-1"}, True, "not in the gateway: not listed on gw-1"),
-    ({"state": "absent", "detail": "not listed on gw-1"}, False, None),
-    ({"state": "unknown", "detail": "gateway gw-1 not answering"}, True,
-     "not in the gateway: gateway gw-1 not answering"),
-])
+@pytest.mark.parametrize(
+    "gateway, has_gateway, reason",
+    [
+        ({"state": "in"}, True, None),
+        ({"state": "n/a"}, False, None),
+        ({"state": "absent", "detail": "not listed on gw-1"}, True, "not in the gateway: not listed on gw-1"),
+        ({"state": "absent", "detail": "not listed on gw-1"}, False, None),
+        (
+            {"state": "unknown", "detail": "gateway gw-1 not answering"},
+            True,
+            "not in the gateway: gateway gw-1 not answering",
+        ),
+    ],
+)
 def test_the_gateway_rule(gateway, has_gateway, reason):
     row = dict(ok_result(), host="h", reachable=True, error=None, gateway=gateway)
     assert status.health(row, has_gateway) == ([reason] if reason else [])
 
 
 def test_gateway_states():
-    gws = {"gw-1": {"answering": True, "workers": ["http://a:1"], "configured": ["http://a:1", "http://b:1"],
-                    "error": ""},
-           "gw-2": {"answering": True, "workers": ["http://a:1", "http://b:1"], "configured": None, "error": ""}}
+    gws = {
+        "gw-1": {"answering": True, "workers": ["http://a:1"], "configured": ["http://a:1", "http://b:1"], "error": ""},
+        "gw-2": {"answering": True, "workers": ["http://a:1", "http://b:1"], "configured": None, "error": ""},
+    }
     assert status.gateway_state("http://a:1", gws)["state"] == "in"
     b = status.gateway_state("http://b:1", gws)
     assert b["state"] == "drained" and b["per_gateway"] == {"gw-1": "drained", "gw-2": "in"}
@@ -586,12 +765,19 @@ def test_gateway_states():
 def test_gateways_from_the_tasks():
     events = gateway_events([W["kf-node-1"]], [W["kf-node-1"], W["kf-node-2"]])
     view = status.gateways_view(*[state_of(events)[k] for k in ("lists", "units")])
-    assert view == {"gw-1": {"answering": True, "workers": [W["kf-node-1"]],
-                             "configured": [W["kf-node-1"], W["kf-node-2"]], "error": ""}}
+    assert view == {
+        "gw-1": {
+            "answering": True,
+            "workers": [W["kf-node-1"]],
+            "configured": [W["kf-node-1"], W["kf-node-2"]],
+            "error": "",
+        }
+    }
     view = status.gateways_view(*[state_of(gateway_events([], answering=False))[k] for k in ("lists", "units")])
     assert view["gw-1"]["error"] == "not answering ([Errno 111] Connection refused)"
-    skipped = state_of([event("runner_on_skipped", "kf-node-1", "ansible.builtin.uri",
-                              {"skipped_reason": "No items in the list"})])
+    skipped = state_of(
+        [event("runner_on_skipped", "kf-node-1", "ansible.builtin.uri", {"skipped_reason": "No items in the list"})]
+    )
     assert skipped["lists"] == [] and status.gateways_view(skipped["lists"], None) == {}
     unreachable = {"status_gateway": "gw-1", "unreachable": True, "msg": "Failed to connect"}
     view = status.gateways_view([unreachable], [])
@@ -599,8 +785,10 @@ def test_gateways_from_the_tasks():
 
 
 def test_messages_in_one_line():
-    mitogen = {"msg": "Task failed: EOF on stream; last 100 lines received:\n"
-                      "ssh: connect to host 127.0.0.1 port 1: Connection refused"}
+    mitogen = {
+        "msg": "Task failed: EOF on stream; last 100 lines received:\n"
+        "ssh: connect to host 127.0.0.1 port 1: Connection refused"
+    }
     assert status._message(mitogen) == "ssh: connect to host 127.0.0.1 port 1: Connection refused"
     assert status._message({"msg": "a\nb"}) == "a b" and status._message({}) == "no message"
     assert status._message({"msg": "x" * 400}).endswith("x ...")
@@ -614,8 +802,14 @@ def test_gateway_unit_worker_urls():
 
 def test_acceptance_figure_read_on_the_controller(tmp_path):
     path = tmp_path / "acceptance.json"
-    path.write_text(json.dumps({"target_single_stream_tok_s": 30.0, "hosts": {
-        "kf-node-1": {"tokens_per_s": 41.23, "ttft_s": 0.2}, "kf-node-2": {"tokens_per_s": 12.0}}}))
+    path.write_text(
+        json.dumps(
+            {
+                "target_single_stream_tok_s": 30.0,
+                "hosts": {"kf-node-1": {"tokens_per_s": 41.23, "ttft_s": 0.2}, "kf-node-2": {"tokens_per_s": 12.0}},
+            }
+        )
+    )
     acceptance = status.read_acceptance(str(path))
     one = status.acceptance_of("kf-node-1", acceptance)
     assert one["tokens_per_s"] == 41.23 and one["pass"] is True and one["file"] == str(path)
@@ -626,12 +820,20 @@ def test_acceptance_figure_read_on_the_controller(tmp_path):
 
 # ---------------------------------------------------------------- rendering
 def sample_doc():
-    results = {"kf-node-1": ok_result(worker=W["kf-node-1"]),
-               "kf-node-2": ok_result(active="failed", worker=W["kf-node-2"]), "kf-node-3": "unreachable"}
-    acceptance = {"hosts": {"kf-node-1": {"tokens_per_s": 41.2}}, "target": 30, "file": "reports/acceptance.json",
-                  "measured_at": "2026-12-01T09:30:00+00:00"}
-    doc = status.document(state_of(fleet_events(results, gateway_events(list(W.values()), list(W.values())))),
-                          acceptance)
+    results = {
+        "kf-node-1": ok_result(worker=W["kf-node-1"]),
+        "kf-node-2": ok_result(active="failed", worker=W["kf-node-2"]),
+        "kf-node-3": "unreachable",
+    }
+    acceptance = {
+        "hosts": {"kf-node-1": {"tokens_per_s": 41.2}},
+        "target": 30,
+        "file": "reports/acceptance.json",
+        "measured_at": "2026-12-01T09:30:00+00:00",
+    }
+    doc = status.document(
+        state_of(fleet_events(results, gateway_events(list(W.values()), list(W.values())))), acceptance
+    )
     doc["report"] = "reports/runs/20261201T100000Z-status/summary.md"
     return doc
 
@@ -639,11 +841,38 @@ def sample_doc():
 def test_the_table():
     text = status.render_table(sample_doc())
     lines = text.splitlines()
-    assert lines[0].split() == ["host", "reachable", "OS", "/home", "driver", "devices", "power", "image", "service",
-                                "model", "gateway", "run/wait", "last", "figure", "health"]
+    assert lines[0].split() == [
+        "host",
+        "reachable",
+        "OS",
+        "/home",
+        "driver",
+        "devices",
+        "power",
+        "image",
+        "service",
+        "model",
+        "gateway",
+        "run/wait",
+        "last",
+        "figure",
+        "health",
+    ]
     one = next(line for line in lines if line.startswith("kf-node-1 "))
-    for cell in ("yes", "Debian 12 (bookworm) 6.1.0-25-amd64", "xfs 14.0T 97% free", "5.0.21.26", "8/8", " ok ",
-                 "current", "active 1d2h", MODEL, " in ", "3/0", "41.2 tok/s"):
+    for cell in (
+        "yes",
+        "Debian 12 (bookworm) 6.1.0-25-amd64",
+        "xfs 14.0T 97% free",
+        "5.0.21.26",
+        "8/8",
+        " ok ",
+        "current",
+        "active 1d2h",
+        MODEL,
+        " in ",
+        "3/0",
+        "41.2 tok/s",
+    ):
         assert cell in one, (cell, one)
     assert one.endswith("  ok")
     two = next(line for line in lines if line.startswith("kf-node-2 "))
@@ -661,8 +890,18 @@ def test_the_json_document():
     assert doc["healthy"] is False and doc["exit_code"] == 4 and len(doc["hosts"]) == 3
     row = doc["hosts"][0]
     assert row["host"] == "kf-node-1" and row["healthy"] is True and row["acceptance"]["tokens_per_s"] == 41.2
-    assert {"reachable", "os", "volume", "driver", "service", "image", "serving", "gateway", "reasons",
-            "warnings"} <= set(row)
+    assert {
+        "reachable",
+        "os",
+        "volume",
+        "driver",
+        "service",
+        "image",
+        "serving",
+        "gateway",
+        "reasons",
+        "warnings",
+    } <= set(row)
 
 
 def test_human_sizes_and_ages():
@@ -692,8 +931,10 @@ def test_the_playbook_only_reads():
                 assert task[action].get("method", "GET") == "GET" and task["changed_when"] is False
                 # the router on the gateway host itself (the gateway role keeps it on loopback),
                 # and Prometheus's alerts on the monitoring host
-                assert task[action]["url"] in ("http://{{ status_router }}/list_workers",
-                                               "http://{{ status_prometheus }}/api/v1/alerts"), task[action]["url"]
+                assert task[action]["url"] in (
+                    "http://{{ status_router }}/list_workers",
+                    "http://{{ status_prometheus }}/api/v1/alerts",
+                ), task[action]["url"]
                 assert play["vars"]["status_router"].startswith("{{ gateway_router_host | default('127.0.0.1') }}:")
             if action == "ansible.builtin.slurp":
                 assert task["changed_when"] is False
@@ -764,21 +1005,39 @@ def local_fleet(tmp_path, monkeypatch):
     inv = tmp_path / "inv"
     (inv / "group_vars/all").mkdir(parents=True)
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, "ansible_become": False}
-    hosts = {"all": {"children": {
-        "xpu_servers": {"hosts": {
-            "kf-a": dict(local, kunlun_stack_serving_address="10.9.0.1", driver_facts_file=str(fake / "a.fact")),
-            "kf-b": dict(local, kunlun_stack_serving_address="10.9.0.2", driver_facts_file=str(fake / "b.fact"),
-                         serve_service_name="kunlun-serve-b"),
-            "kf-far": dead_host()}},
-        "gateways": {"hosts": {"gw": local}}}}}
+    hosts = {
+        "all": {
+            "children": {
+                "xpu_servers": {
+                    "hosts": {
+                        "kf-a": dict(
+                            local, kunlun_stack_serving_address="10.9.0.1", driver_facts_file=str(fake / "a.fact")
+                        ),
+                        "kf-b": dict(
+                            local,
+                            kunlun_stack_serving_address="10.9.0.2",
+                            driver_facts_file=str(fake / "b.fact"),
+                            serve_service_name="kunlun-serve-b",
+                        ),
+                        "kf-far": dead_host(),
+                    }
+                },
+                "gateways": {"hosts": {"gw": local}},
+            }
+        }
+    }
     (inv / "hosts.yml").write_text(yaml.safe_dump(hosts))
-    (inv / "group_vars/all/serving.yml").write_text(yaml.safe_dump(
-        {"kunlun_stack_serving": dict(PINS["kunlun_stack_serving"], port=port), "gateway_router_port": port}))
+    (inv / "group_vars/all/serving.yml").write_text(
+        yaml.safe_dump(
+            {"kunlun_stack_serving": dict(PINS["kunlun_stack_serving"], port=port), "gateway_router_port": port}
+        )
+    )
     monkeypatch.setenv("PATH", "%s:%s" % (fake / "bin", os.environ["PATH"]))
     monkeypatch.delenv("ANSIBLE_VAULT_PASSWORD_FILE", raising=False)
     (tree / "reports").mkdir()
-    (tree / "reports/acceptance.json").write_text(json.dumps(
-        {"target_single_stream_tok_s": 30, "hosts": {"kf-a": {"tokens_per_s": 41.2}}}))
+    (tree / "reports/acceptance.json").write_text(
+        json.dumps({"target_single_stream_tok_s": 30, "hosts": {"kf-a": {"tokens_per_s": 41.2}}})
+    )
     yield {"tree": tree, "inv": str(inv), "fake": fake, "port": port}
     server.shutdown()
 
@@ -818,7 +1077,9 @@ def test_status_on_local_hosts_unhealthy_and_unreachable(local_fleet):
     assert rows["kf-b"]["reasons"] == [
         "kunlun-serve-b.service is inactive",
         "image stale: runs %s (previous), kunlun-serving:current is %s" % ("41ab" * 3, "9f1c" * 3),
-        "accelerators 7/8 ok (not ok: 6)", "not in the gateway: not listed on gw"]
+        "accelerators 7/8 ok (not ok: 6)",
+        "not in the gateway: not listed on gw",
+    ]
     assert rows["kf-far"]["reachable"] is False and rows["kf-far"]["reasons"][0].startswith("unreachable: ")
     assert doc["gateways"]["gw"]["answering"] is True
     summary = summary_of_last_run(local_fleet)
@@ -843,38 +1104,65 @@ def alerts_events(alerts, answering=True, monitor="kf-node-1"):
         item["json"] = {"status": "success", "data": {"alerts": alerts}}
     else:
         item["msg"] = "Status code was -1 and not [200]: Request failed: <urlopen error [Errno 111] Connection refused>"
-    return [event("runner_on_ok", "kf-node-1", "ansible.builtin.uri", {"results": [item]},
-                  task=status.ALERTS_TASK + " (Prometheus on each monitoring host)")]
+    return [
+        event(
+            "runner_on_ok",
+            "kf-node-1",
+            "ansible.builtin.uri",
+            {"results": [item]},
+            task=status.ALERTS_TASK + " (Prometheus on each monitoring host)",
+        )
+    ]
 
 
 def prom_alert(name, state, host, severity="critical", device=None):
     labels = {"alertname": name, "severity": severity, "host": host, "job": "vllm"}
     if device is not None:
         labels["device"] = device
-    return {"labels": labels, "annotations": {"summary": "%s on %s" % (name, host), "description": "..."},
-            "state": state, "activeAt": "2026-12-01T17:00:00Z", "value": "0e+00"}
+    return {
+        "labels": labels,
+        "annotations": {"summary": "%s on %s" % (name, host), "description": "..."},
+        "state": state,
+        "activeAt": "2026-12-01T17:00:00Z",
+        "value": "0e+00",
+    }
 
 
 def test_alerts_from_the_task_are_not_taken_for_gateway_lists():
-    events = gateway_events([W["kf-node-1"]]) + alerts_events([
-        prom_alert("KunlunXpuDeviceError", "firing", "kf-node-2", device="3"),
-        prom_alert("KunlunThroughputLow", "firing", "kf-node-10", severity="warning"),
-        prom_alert("KunlunServingHostDown", "firing", "kf-node-3"),
-        prom_alert("KunlunKvCacheNearlyFull", "pending", "kf-node-1", severity="warning")])
+    events = gateway_events([W["kf-node-1"]]) + alerts_events(
+        [
+            prom_alert("KunlunXpuDeviceError", "firing", "kf-node-2", device="3"),
+            prom_alert("KunlunThroughputLow", "firing", "kf-node-10", severity="warning"),
+            prom_alert("KunlunServingHostDown", "firing", "kf-node-3"),
+            prom_alert("KunlunKvCacheNearlyFull", "pending", "kf-node-1", severity="warning"),
+        ]
+    )
     state = state_of(events)
     assert [r["status_gateway"] for r in state["lists"]] == ["gw-1"]
     view = status.alerts_view(state["alerts"])
     assert view["monitors"] == {"kf-node-1": ""} and view["pending"] == 1
     # critical first, then by name and host
     assert [(a["alert"], a["host"], a["device"]) for a in view["firing"]] == [
-        ("KunlunServingHostDown", "kf-node-3", ""), ("KunlunXpuDeviceError", "kf-node-2", "3"),
-        ("KunlunThroughputLow", "kf-node-10", "")]
+        ("KunlunServingHostDown", "kf-node-3", ""),
+        ("KunlunXpuDeviceError", "kf-node-2", "3"),
+        ("KunlunThroughputLow", "kf-node-10", ""),
+    ]
 
 
 def test_alerts_in_the_table():
-    doc = dict(sample_doc(), alerts=status.alerts_view(state_of(alerts_events([
-        prom_alert("KunlunServingHostDown", "firing", "kf-node-3"),
-        prom_alert("KunlunXpuDeviceError", "firing", "kf-node-2", device="3")]))["alerts"]))
+    doc = dict(
+        sample_doc(),
+        alerts=status.alerts_view(
+            state_of(
+                alerts_events(
+                    [
+                        prom_alert("KunlunServingHostDown", "firing", "kf-node-3"),
+                        prom_alert("KunlunXpuDeviceError", "firing", "kf-node-2", device="3"),
+                    ]
+                )
+            )["alerts"]
+        ),
+    )
     text = status.render_table(doc)
     assert "alerts firing: 2 (Prometheus on kf-node-1)" in text
     assert "  KunlunServingHostDown [critical] kf-node-3: KunlunServingHostDown on kf-node-3" in text
@@ -886,8 +1174,17 @@ def test_alerts_in_the_table():
     assert "monitoring kf-node-1: not answering ([Errno 111] Connection refused)" in text
     assert "alerts firing" not in text
     # no monitoring group: the task's loop is empty, nothing is said
-    skipped = state_of([event("runner_on_skipped", "kf-node-1", "ansible.builtin.uri",
-                              {"skipped_reason": "No items in the list"}, task=status.ALERTS_TASK)])
+    skipped = state_of(
+        [
+            event(
+                "runner_on_skipped",
+                "kf-node-1",
+                "ansible.builtin.uri",
+                {"skipped_reason": "No items in the list"},
+                task=status.ALERTS_TASK,
+            )
+        ]
+    )
     assert skipped["alerts"] == [] and skipped["lists"] is None
     assert "alerts" not in status.render_table(dict(sample_doc(), alerts=status.alerts_view([])))
     assert json.loads(status.render_json(doc))["alerts"]["firing"][0]["alert"] == "KunlunServingHostDown"

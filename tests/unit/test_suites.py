@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 import suites  # noqa: E402 (path set just above)
 
-SAMPLE = '''
+SAMPLE = """
 import pytest
 
 def test_runs():
@@ -26,7 +26,7 @@ def test_lacks_a_tool():
 @pytest.mark.skipif(True, reason="not applicable: only big-endian machines have this")
 def test_justified():
     pass
-'''
+"""
 
 
 def run_sample(tmp_path, **env):
@@ -35,10 +35,28 @@ def run_sample(tmp_path, **env):
     # This test may itself run under make test (strict): the sample's strictness is env's.
     full = {k: v for k, v in os.environ.items() if k not in ("CI", "KF_STRICT_SKIPS")}
     full.update(KF_SUITE_LOG=str(log), **env)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
-                           "kunlun_fleet.sim.honest_runs", "-c", os.devnull, "--rootdir", str(tmp_path),
-                           str(tmp_path / "test_sample.py")],
-                          cwd=ROOT, env=full, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "kunlun_fleet.sim.honest_runs",
+            "-c",
+            os.devnull,
+            "--rootdir",
+            str(tmp_path),
+            str(tmp_path / "test_sample.py"),
+        ],
+        cwd=ROOT,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     events = [json.loads(l) for l in log.read_text().splitlines()] if log.exists() else []
     return proc, {e["nodeid"].split("::")[-1]: e for e in events}
 
@@ -81,10 +99,12 @@ def test_every_test_is_in_exactly_one_suite(monkeypatch):
 
 def test_a_suite_outcome_is_its_tests_worst_phase(tmp_path):
     log = tmp_path / "s.jsonl"
-    lines = [{"nodeid": "a", "when": "call", "outcome": "passed"},
-             {"nodeid": "a", "when": "teardown", "outcome": "failed"},
-             {"nodeid": "b", "when": "setup", "outcome": "skipped", "reason": "no XFS"},
-             {"nodeid": "c", "when": "call", "outcome": "passed"}]
+    lines = [
+        {"nodeid": "a", "when": "call", "outcome": "passed"},
+        {"nodeid": "a", "when": "teardown", "outcome": "failed"},
+        {"nodeid": "b", "when": "setup", "outcome": "skipped", "reason": "no XFS"},
+        {"nodeid": "c", "when": "call", "outcome": "passed"},
+    ]
     log.write_text("".join(json.dumps(l) + "\n" for l in lines))
     r = suites.summarize(suites.Suite("s", "local", ["x"]), 0, 1.0, log)
     assert (r["passed"], r["failed"], r["skipped"], r["result"]) == (1, 1, 1, "FAILED")
@@ -106,12 +126,15 @@ def test_background_lanes_run_beside_the_phases_at_a_lower_priority(tmp_path, mo
     """A background lane starts with phase 1 and may end after phase 2 has started; its
     suites run niced; one with ``after`` waits for that suite; every suite's CPU seconds
     are its own processes' (a busy loop counts, a sleep does not)."""
+
     def suite(name, lane, code):
         marker = tmp_path / name
-        script = ("import os, time\ncpu = [l.split(':', 2)[2] for l in open('/proc/self/cgroup').read().splitlines()"
-                  " if l.split(':')[1] in ('cpu', 'cpu,cpuacct', '')][0]\n"
-                  "open(%r, 'a').write('start %%f nice %%d %%s\\n' %% (time.time(), os.nice(0), cpu))\n%s\n"
-                  "open(%r, 'a').write('end %%f\\n' %% time.time())\n" % (str(marker), code, str(marker)))
+        script = (
+            "import os, time\ncpu = [l.split(':', 2)[2] for l in open('/proc/self/cgroup').read().splitlines()"
+            " if l.split(':')[1] in ('cpu', 'cpu,cpuacct', '')][0]\n"
+            "open(%r, 'a').write('start %%f nice %%d %%s\\n' %% (time.time(), os.nice(0), cpu))\n%s\n"
+            "open(%r, 'a').write('end %%f\\n' %% time.time())\n" % (str(marker), code, str(marker))
+        )
         return suites.Suite(name, lane, [], command=[sys.executable, "-c", script])
 
     busy = "t = time.process_time()\nwhile time.process_time() - t < 0.6: pass"
@@ -144,8 +167,11 @@ def test_background_lanes_run_beside_the_phases_at_a_lower_priority(tmp_path, mo
     if suites.background_cgroup() is not None:
         # (This test may itself run in a background lane: the phase's suite then stays in
         # the group it was started from, ours.)
-        own = [l.split(":", 2)[2] for l in open("/proc/self/cgroup").read().splitlines()
-               if l.split(":")[1] in ("cpu", "cpu,cpuacct", "")][0]
+        own = [
+            l.split(":", 2)[2]
+            for l in open("/proc/self/cgroup").read().splitlines()
+            if l.split(":")[1] in ("cpu", "cpu,cpuacct", "")
+        ][0]
         assert bg[3].endswith("/" + suites.BACKGROUND_CGROUP), bg
         assert p1[3] == own, (p1, own)
     else:
@@ -165,8 +191,12 @@ def test_phase_two_suites_leave_the_other_lanes_hosts_alone(tmp_path, monkeypatc
     monkeypatch.delenv("KF_SIM_FLEET_UP", raising=False)
     seen = {}
     for fleet_up in (False, True):
-        s = suites.Suite("env-%s" % fleet_up, "local", [], command=[
-            sys.executable, "-c", "import os; print(os.environ.get('KF_SIM_FLEET_UP', '-'))"])
+        s = suites.Suite(
+            "env-%s" % fleet_up,
+            "local",
+            [],
+            command=[sys.executable, "-c", "import os; print(os.environ.get('KF_SIM_FLEET_UP', '-'))"],
+        )
         s.fleet_up = fleet_up
         suites.run_suite(s)
         seen[fleet_up] = (tmp_path / (s.name + ".log")).read_text().strip()
@@ -177,11 +207,19 @@ def test_why_a_suite_failed_is_in_the_runs_last_lines(tmp_path):
     # A failing molecule scenario's log: pytest's summary line and the message's first lines
     # (the failed task) are what the end of the run prints; passing noise is not.
     log = tmp_path / "molecule-x.log"
-    log.write_text("\n".join(
-        ["." * 40, "____ test_scenario[gateway] ____", "E   AssertionError: molecule scenario gateway failed:",
-         "E     TASK [Verify | Health checks put it back]", "E     fatal: [kf-node-1]: FAILED! => " + "x" * 400]
-        + ["E     destroy output %d" % i for i in range(30)]
-        + ["FAILED tests/molecule/test_scenarios.py::test_scenario[gateway] - AssertionError: molecule"]))
+    log.write_text(
+        "\n".join(
+            [
+                "." * 40,
+                "____ test_scenario[gateway] ____",
+                "E   AssertionError: molecule scenario gateway failed:",
+                "E     TASK [Verify | Health checks put it back]",
+                "E     fatal: [kf-node-1]: FAILED! => " + "x" * 400,
+            ]
+            + ["E     destroy output %d" % i for i in range(30)]
+            + ["FAILED tests/molecule/test_scenarios.py::test_scenario[gateway] - AssertionError: molecule"]
+        )
+    )
     why = suites.why_failed(log)
     assert why[0].startswith("FAILED tests/molecule/test_scenarios.py::test_scenario[gateway]")
     assert why[2] == "TASK [Verify | Health checks put it back]"
@@ -197,12 +235,28 @@ def test_a_failed_scenarios_tasks_survive_destroys_output():
     sys.path.insert(0, str(ROOT / "tests" / "molecule"))
     from test_scenarios import failures
 
-    out = "\n".join(["CRITICAL 'molecule/default/molecule.yml' glob failed.  Exiting.",
-                     "TASK [Verify | One]", "ok: [kf-node-1]", "  │ TASK [Verify | Two]",
-                     "fatal: [kf-node-1]: FAILED! => {\"msg\": \"boom\"}", "TASK [Verify | Three]",
-                     "fatal: [kf-node-1]: FAILED! => ", "    changed: false", "    msg: tolerated", "", "...ignoring",
-                     "CRITICAL Idempotence test failed because of the following tasks:",
-                     "*  => gateway : Install | The unit", "TASK [Destroy | x]"] + ["ok: [kf-node-1]"] * 500)
+    out = "\n".join(
+        [
+            "CRITICAL 'molecule/default/molecule.yml' glob failed.  Exiting.",
+            "TASK [Verify | One]",
+            "ok: [kf-node-1]",
+            "  │ TASK [Verify | Two]",
+            'fatal: [kf-node-1]: FAILED! => {"msg": "boom"}',
+            "TASK [Verify | Three]",
+            "fatal: [kf-node-1]: FAILED! => ",
+            "    changed: false",
+            "    msg: tolerated",
+            "",
+            "...ignoring",
+            "CRITICAL Idempotence test failed because of the following tasks:",
+            "*  => gateway : Install | The unit",
+            "TASK [Destroy | x]",
+        ]
+        + ["ok: [kf-node-1]"] * 500
+    )
     assert failures(out).splitlines() == [
-        "TASK [Verify | Two]", "fatal: [kf-node-1]: FAILED! => {\"msg\": \"boom\"}",
-        "CRITICAL Idempotence test failed because of the following tasks:", "*  => gateway : Install | The unit"]
+        "TASK [Verify | Two]",
+        'fatal: [kf-node-1]: FAILED! => {"msg": "boom"}',
+        "CRITICAL Idempotence test failed because of the following tasks:",
+        "*  => gateway : Install | The unit",
+    ]

@@ -31,8 +31,16 @@ def test_ansible_reads_it_with_the_password_only(tmp_path):
     (tmp_path / "hosts.yml").write_text("all:\n  hosts:\n    h1:\n      ansible_connection: local\n")
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
     env.pop("ANSIBLE_VAULT_PASSWORD_FILE", None)
-    cmd = [str(ROOT / ".venv/bin/ansible"), "-i", str(tmp_path), "h1", "-m", "ansible.builtin.debug",
-           "-a", "msg={{ vault_kunlun_api_key | length }}"]
+    cmd = [
+        str(ROOT / ".venv/bin/ansible"),
+        "-i",
+        str(tmp_path),
+        "h1",
+        "-m",
+        "ansible.builtin.debug",
+        "-a",
+        "msg={{ vault_kunlun_api_key | length }}",
+    ]
     without = subprocess.run(cmd, env=env, capture_output=True, text=True)
     assert "no vault secrets found" in without.stdout + without.stderr
     env["ANSIBLE_VAULT_PASSWORD_FILE"] = str(tmp_path / ".vault-password")

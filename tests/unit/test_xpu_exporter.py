@@ -74,13 +74,17 @@ def parse_exposition(text):
         m = _TYPE_RE.match(line)
         if m:
             assert current is families.get(m.group(1)) and current["type"] is None and not current["samples"], (
-                "line %d: TYPE of %s not right after its HELP" % (number, m.group(1)))
+                "line %d: TYPE of %s not right after its HELP" % (number, m.group(1))
+            )
             current["type"] = m.group(2)
             continue
         m = _SAMPLE_RE.match(line)
         assert m, "line %d is not exposition format: %r" % (number, line)
         name = m.group(1)
-        assert current is families.get(name) and current["type"], "line %d: sample of %s outside its family" % (number, name)
+        assert current is families.get(name) and current["type"], "line %d: sample of %s outside its family" % (
+            number,
+            name,
+        )
         labels = dict(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
         key = (name, tuple(sorted(labels.items())))
         assert key not in seen, "line %d: duplicate series %s" % (number, key)
@@ -99,6 +103,7 @@ def by_device(families, name):
 
 
 # ------------------------------------------------------------------ the accelerator exporter
+
 
 @pytest.fixture
 def installed(tmp_path):
@@ -130,8 +135,16 @@ def run_exporter(installed, out_dir, prefix=None, faults="", smi=KIT_SMI, proc_d
         (prefix / "etc/kunlun-kit/faults").write_text(faults)
     out_dir.mkdir(exist_ok=True)
     env = dict(os.environ, XRE_PREFIX=str(prefix or "/nonexistent"))
-    argv = [sys.executable, str(installed / "kunlun-xpu-exporter"), "--xpu-smi", str(smi),
-            "--output-dir", str(out_dir), "--timeout", str(timeout)]
+    argv = [
+        sys.executable,
+        str(installed / "kunlun-xpu-exporter"),
+        "--xpu-smi",
+        str(smi),
+        "--output-dir",
+        str(out_dir),
+        "--timeout",
+        str(timeout),
+    ]
     if proc_dir is not None:
         argv += ["--proc-dir", str(proc_dir)]
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
@@ -145,14 +158,20 @@ def test_eight_healthy_devices_every_value(installed, kit, tmp_path):
     promtool_check(text)
     assert fam["kunlun_xpu_smi_up"]["samples"] == [({}, 1.0)]
     assert fam["kunlun_xpu_devices"]["samples"] == [({}, 8.0)]
-    assert fam["kunlun_xpu_driver_info"]["samples"] == [({"driver_version": "5.0.21.26", "runtime_version": "5.0.21"}, 1.0)]
+    assert fam["kunlun_xpu_driver_info"]["samples"] == [
+        ({"driver_version": "5.0.21.26", "runtime_version": "5.0.21"}, 1.0)
+    ]
     up = by_device(fam, "kunlun_xpu_up")
     assert sorted(up, key=int) == [str(i) for i in range(8)]
     for i in range(8):
         labels, value = up[str(i)]
         assert value == 1
-        assert labels == {"device": str(i), "bus_id": "00000000:%s:00.0" % KIT.BUS_IDS[i],
-                          "part_number": "B00100300110112", "card_variant": "VC"}
+        assert labels == {
+            "device": str(i),
+            "bus_id": "00000000:%s:00.0" % KIT.BUS_IDS[i],
+            "part_number": "B00100300110112",
+            "card_variant": "VC",
+        }
         assert by_device(fam, "kunlun_xpu_memory_total_bytes")[str(i)][1] == 98304 * MIB
         assert by_device(fam, "kunlun_xpu_memory_used_bytes")[str(i)][1] == 0
         assert by_device(fam, "kunlun_xpu_temperature_celsius")[str(i)][1] == 36 + i % 4
@@ -179,8 +198,12 @@ def test_a_device_in_error_is_down_and_reports_no_made_up_values(installed, kit,
     assert by_device(fam, "kunlun_xpu_error_fields")["3"][1] > 0
     assert fam["kunlun_xpu_devices"]["samples"] == [({}, 8.0)]
     # ERR! / Unknown Error are unknown: no sample, never a 0 that looks like a reading.
-    for name in ("kunlun_xpu_temperature_celsius", "kunlun_xpu_memory_used_bytes",
-                 "kunlun_xpu_power_usage_watts", "kunlun_xpu_utilization_ratio"):
+    for name in (
+        "kunlun_xpu_temperature_celsius",
+        "kunlun_xpu_memory_used_bytes",
+        "kunlun_xpu_power_usage_watts",
+        "kunlun_xpu_utilization_ratio",
+    ):
         assert "3" not in by_device(fam, name), name
         assert len(by_device(fam, name)) == 7, name
 
@@ -204,7 +227,9 @@ def test_seven_of_eight_devices(installed, kit, tmp_path):
 
 
 def test_card_variant_and_power_cap_per_device(installed, kit, tmp_path):
-    proc, text, fam = run_exporter(installed, tmp_path / "out", kit, faults="xpu_card_variant=mixed\nxpu_power_cap=2:120,5:N/A\n")
+    proc, text, fam = run_exporter(
+        installed, tmp_path / "out", kit, faults="xpu_card_variant=mixed\nxpu_power_cap=2:120,5:N/A\n"
+    )
     up = by_device(fam, "kunlun_xpu_up")
     assert [up[str(i)][0]["card_variant"] for i in range(8)] == ["VC"] * 4 + ["VD"] * 4
     assert up["7"][0]["part_number"] == "B00100300110312"
@@ -251,11 +276,12 @@ def test_the_timestamp_is_the_time_of_the_run(installed, kit, tmp_path):
 
     before = time.time()
     _, _, fam = run_exporter(installed, tmp_path / "out", kit)
-    (_, stamp), = fam["kunlun_xpu_exporter_last_run_timestamp_seconds"]["samples"]
+    ((_, stamp),) = fam["kunlun_xpu_exporter_last_run_timestamp_seconds"]["samples"]
     assert before - 1 <= stamp <= time.time() + 1
 
 
 # ------------------------------------------------------------------ atomic writes
+
 
 @pytest.fixture
 def textfile(installed, monkeypatch):
@@ -280,8 +306,13 @@ def test_write_is_a_rename_of_a_synced_file_in_the_same_directory(textfile, tmp_
         return real_fsync(fd)
 
     def replace(src, dst):
-        seen.update(src=Path(src), dst=Path(dst), target_then=target.read_text(), tmp=Path(src).read_text(),
-                    synced_before=list(synced))
+        seen.update(
+            src=Path(src),
+            dst=Path(dst),
+            target_then=target.read_text(),
+            tmp=Path(src).read_text(),
+            synced_before=list(synced),
+        )
         return real_replace(src, dst)
 
     monkeypatch.setattr(textfile.os, "fsync", fsync)
@@ -314,9 +345,20 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary_file(textfile, tmp_
 
 def test_the_exporter_reports_a_directory_it_cannot_write(installed, kit, tmp_path):
     env = dict(os.environ, XRE_PREFIX=str(kit))
-    proc = subprocess.run([sys.executable, str(installed / "kunlun-xpu-exporter"), "--xpu-smi", str(KIT_SMI),
-                           "--output-dir", str(tmp_path / "missing")], env=env, capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(installed / "kunlun-xpu-exporter"),
+            "--xpu-smi",
+            str(KIT_SMI),
+            "--output-dir",
+            str(tmp_path / "missing"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1
     assert "cannot write" in proc.stderr and "Fix:" in proc.stderr
 
@@ -331,6 +373,7 @@ def test_label_values_are_escaped(textfile):
 
 
 # ------------------------------------------------------------------ the gateway exporter
+
 
 class _Router(BaseHTTPRequestHandler):
     body = b""
@@ -365,25 +408,45 @@ def router():
 
 def run_gateway_exporter(installed, out_dir, url):
     out_dir.mkdir(exist_ok=True)
-    proc = subprocess.run([sys.executable, str(installed / "kunlun-gateway-exporter"), "--url", url,
-                           "--output-dir", str(out_dir), "--timeout", "2"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(installed / "kunlun-gateway-exporter"),
+            "--url",
+            url,
+            "--output-dir",
+            str(out_dir),
+            "--timeout",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     text = (out_dir / "kunlun_gateway.prom").read_text()
     return proc, text, parse_exposition(text)
 
 
 def test_gateway_exporter_lists_each_worker_and_its_health(installed, router, tmp_path):
     handler, url = router
-    handler.body = json.dumps({"workers": [
-        {"url": "http://10.20.1.12:8000", "is_healthy": False, "load": 0},
-        {"url": "http://10.20.1.11:8000", "is_healthy": True, "load": 3},
-    ], "total": 2}).encode()
+    handler.body = json.dumps(
+        {
+            "workers": [
+                {"url": "http://10.20.1.12:8000", "is_healthy": False, "load": 0},
+                {"url": "http://10.20.1.11:8000", "is_healthy": True, "load": 3},
+            ],
+            "total": 2,
+        }
+    ).encode()
     proc, text, fam = run_gateway_exporter(installed, tmp_path / "out", url)
     assert proc.returncode == 0, proc.stderr
     promtool_check(text)
     assert fam["kunlun_gateway_router_up"]["samples"] == [({}, 1.0)]
     assert fam["kunlun_gateway_workers"]["samples"] == [({}, 2.0)]
     assert fam["kunlun_gateway_worker_healthy"]["samples"] == [
-        ({"worker": "http://10.20.1.11:8000"}, 1.0), ({"worker": "http://10.20.1.12:8000"}, 0.0)]
+        ({"worker": "http://10.20.1.11:8000"}, 1.0),
+        ({"worker": "http://10.20.1.12:8000"}, 0.0),
+    ]
 
 
 @pytest.mark.parametrize("body, status", [(b"not json", 200), (b'{"urls": []}', 200), (b"{}", 500)])
@@ -415,7 +478,6 @@ def test_the_driver_label_is_the_xre_release_on_a_build_printing_515_58(installe
     proc_dir = tmp_path / "proc"
     (proc_dir / "kunlun").mkdir(parents=True)
     (proc_dir / "kunlun" / "version").write_text("KUNLUN driver version: 5.0.21.26\n")
-    proc, text, fam = run_exporter(installed, tmp_path / "out", kit, faults="xpu_smi_build=515.58\n",
-                                   proc_dir=proc_dir)
+    proc, text, fam = run_exporter(installed, tmp_path / "out", kit, faults="xpu_smi_build=515.58\n", proc_dir=proc_dir)
     assert proc.returncode == 0, proc.stderr
     assert fam["kunlun_xpu_driver_info"]["samples"] == [({"driver_version": "5.0.21.26"}, 1.0)]

@@ -6,6 +6,7 @@ it as the model type's tokenizer, so a benchmark client counts tokens as the ser
 a tokenizer_config.json with a ChatML template, and two tiny safetensors shards with valid
 headers and an index. Deterministic: same bytes on every build.
 """
+
 import hashlib
 import json
 import os
@@ -27,18 +28,20 @@ _bpe_spec.loader.exec_module(_bpe)
 NUM_LAYERS = 64
 FULL_ATTENTION_INTERVAL = 4  # every 4th layer full attention: 48 linear + 16 full
 
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>",
-                  "<tool_call>", "</tool_call>"]
-EXTRA_WORDS = ("a an and are as at be by can do for from has have how i in is it me my no "
-               "not of on or so that this to was we what when where which who why will with "
-               "you your hello hi please say tell write explain list one two three yes "
-               "question answer story poem code python user assistant system tool").split()
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>"]
+EXTRA_WORDS = (
+    "a an and are as at be by can do for from has have how i in is it me my no "
+    "not of on or so that this to was we what when where which who why will with "
+    "you your hello hi please say tell write explain list one two three yes "
+    "question answer story poem code python user assistant system tool"
+).split()
 
 
 def config(pins: dict) -> dict:
     model = pins["kunlun_stack_model"]
-    layer_types = ["full_attention" if (i + 1) % FULL_ATTENTION_INTERVAL == 0
-                   else "linear_attention" for i in range(NUM_LAYERS)]
+    layer_types = [
+        "full_attention" if (i + 1) % FULL_ATTENTION_INTERVAL == 0 else "linear_attention" for i in range(NUM_LAYERS)
+    ]
     return {
         "architectures": ["Qwen3_5ForCausalLM"],
         "model_type": model["model_type"],
@@ -74,15 +77,24 @@ def config(pins: dict) -> dict:
             "quant_method": model["quant_method"],
             "format": "int-quantized",
             "quantization_status": "compressed",
-            "ignore": ["lm_head", "re:.*mtp.*", "re:.*linear_attn.in_proj_a.*",
-                       "re:.*linear_attn.in_proj_b.*"],
+            "ignore": ["lm_head", "re:.*mtp.*", "re:.*linear_attn.in_proj_a.*", "re:.*linear_attn.in_proj_b.*"],
             "config_groups": {
                 "group_0": {
                     "targets": ["Linear"],
-                    "weights": {"num_bits": 8, "type": "int", "symmetric": True,
-                                "strategy": "channel", "dynamic": False},
-                    "input_activations": {"num_bits": 8, "type": "int", "symmetric": True,
-                                          "strategy": "token", "dynamic": True},
+                    "weights": {
+                        "num_bits": 8,
+                        "type": "int",
+                        "symmetric": True,
+                        "strategy": "channel",
+                        "dynamic": False,
+                    },
+                    "input_activations": {
+                        "num_bits": 8,
+                        "type": "int",
+                        "symmetric": True,
+                        "strategy": "token",
+                        "dynamic": True,
+                    },
                     "output_activations": None,
                 }
             },
@@ -151,15 +163,20 @@ def safetensors(tensors: list) -> bytes:
 
 def shards() -> dict:
     """Two shards: layer 0 (linear attention) and layer 3 (full attention), W8A8 style."""
+
     def linear(prefix, rows, cols):
         return [(f"{prefix}.weight", "I8", [rows, cols]), (f"{prefix}.weight_scale", "F16", [rows, 1])]
 
-    one = linear("model.layers.0.linear_attn.in_proj_qkvz", 32, 16) + \
-        linear("model.layers.0.mlp.down_proj", 16, 32) + \
-        [("model.embed_tokens.weight", "F16", [64, 16]), ("model.norm.weight", "F16", [16])]
-    two = linear("model.layers.3.self_attn.q_proj", 32, 16) + \
-        linear("model.layers.3.self_attn.o_proj", 16, 32) + \
-        [("lm_head.weight", "F16", [64, 16])]
+    one = (
+        linear("model.layers.0.linear_attn.in_proj_qkvz", 32, 16)
+        + linear("model.layers.0.mlp.down_proj", 16, 32)
+        + [("model.embed_tokens.weight", "F16", [64, 16]), ("model.norm.weight", "F16", [16])]
+    )
+    two = (
+        linear("model.layers.3.self_attn.q_proj", 32, 16)
+        + linear("model.layers.3.self_attn.o_proj", 16, 32)
+        + [("lm_head.weight", "F16", [64, 16])]
+    )
     return {"model-00001-of-00002.safetensors": one, "model-00002-of-00002.safetensors": two}
 
 
@@ -174,10 +191,18 @@ def build_model_dir(out_dir: str, pins: dict) -> list:
     files["config.json"] = dump(config(pins))
     files["tokenizer.json"] = dump(tokenizer_json())
     files["tokenizer_config.json"] = dump(tokenizer_config())
-    files["generation_config.json"] = dump({"bos_token_id": 248044, "eos_token_id": [248046, 248044],
-                                            "pad_token_id": 248044, "do_sample": True,
-                                            "temperature": 0.6, "top_k": 20, "top_p": 0.95,
-                                            "transformers_version": "5.2.0"})
+    files["generation_config.json"] = dump(
+        {
+            "bos_token_id": 248044,
+            "eos_token_id": [248046, 248044],
+            "pad_token_id": 248044,
+            "do_sample": True,
+            "temperature": 0.6,
+            "top_k": 20,
+            "top_p": 0.95,
+            "transformers_version": "5.2.0",
+        }
+    )
     weight_map, total = {}, 0
     for fname, tensors in shards().items():
         blob = safetensors(tensors)
@@ -185,8 +210,9 @@ def build_model_dir(out_dir: str, pins: dict) -> list:
         for name, _, _ in tensors:
             weight_map[name] = fname
         total += len(blob)
-    files["model.safetensors.index.json"] = dump({"metadata": {"total_size": total},
-                                                  "weight_map": dict(sorted(weight_map.items()))})
+    files["model.safetensors.index.json"] = dump(
+        {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+    )
     for name, blob in files.items():
         with open(os.path.join(out_dir, name), "wb") as fh:
             fh.write(blob)

@@ -18,6 +18,7 @@ way is the vendor's own recipe:
 
 The target interpreter must be CPython 3.10 (cp310 wheels), as with the real installer.
 """
+
 import gzip
 import hashlib
 import io
@@ -149,17 +150,31 @@ def build_torch_run(out_path: str, work_dir: str) -> str:
     os.makedirs(work_dir, exist_ok=True)
     torch_whl = f"torch-{TORCH_VERSION}-{TAG}.whl"
     xmlir_whl = f"torch_xmlir-{XMLIR_VERSION}-{TAG}.whl"
-    build_wheel(os.path.join(work_dir, torch_whl), "torch", TORCH_VERSION,
-                tree_files(os.path.join(TORCH_SRC, "torch"), "torch/"), TAG,
-                summary="Tensors and Dynamic neural networks in Python with strong GPU "
-                        "acceleration (Kunlunxin xpytorch build)",
-                requires_python=">=3.10")
-    build_wheel(os.path.join(work_dir, xmlir_whl), "torch_xmlir", XMLIR_VERSION,
-                tree_files(os.path.join(TORCH_SRC, "torch_xmlir"), "torch_xmlir/"), TAG,
-                summary="Kunlunxin XMLIR runtime bridge for PyTorch", requires_python=">=3.10",
-                requires=(f"torch=={TORCH_VERSION}",))
-    setup = (SETUP_SH.replace("@TORCH@", TORCH_VERSION).replace("@XMLIR@", XMLIR_VERSION)
-             .replace("@TORCH_WHEEL@", torch_whl).replace("@XMLIR_WHEEL@", xmlir_whl))
+    build_wheel(
+        os.path.join(work_dir, torch_whl),
+        "torch",
+        TORCH_VERSION,
+        tree_files(os.path.join(TORCH_SRC, "torch"), "torch/"),
+        TAG,
+        summary="Tensors and Dynamic neural networks in Python with strong GPU acceleration (Kunlunxin xpytorch build)",
+        requires_python=">=3.10",
+    )
+    build_wheel(
+        os.path.join(work_dir, xmlir_whl),
+        "torch_xmlir",
+        XMLIR_VERSION,
+        tree_files(os.path.join(TORCH_SRC, "torch_xmlir"), "torch_xmlir/"),
+        TAG,
+        summary="Kunlunxin XMLIR runtime bridge for PyTorch",
+        requires_python=">=3.10",
+        requires=(f"torch=={TORCH_VERSION}",),
+    )
+    setup = (
+        SETUP_SH.replace("@TORCH@", TORCH_VERSION)
+        .replace("@XMLIR@", XMLIR_VERSION)
+        .replace("@TORCH_WHEEL@", torch_whl)
+        .replace("@XMLIR_WHEEL@", xmlir_whl)
+    )
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.USTAR_FORMAT) as tar:
         _tar_add(tar, "setup.sh", setup.encode(), 0o755)
@@ -168,9 +183,13 @@ def build_torch_run(out_path: str, work_dir: str) -> str:
                 _tar_add(tar, name, fh.read())
     size = len(raw.getvalue())
     payload = gzip.compress(raw.getvalue(), compresslevel=9, mtime=0)
-    header = (HEADER.replace("@TORCH@", TORCH_VERSION).replace("@XMLIR@", XMLIR_VERSION)
-              .replace("@SHA256@", hashlib.sha256(payload).hexdigest())
-              .replace("@SIZE@", str(size)).replace("@MARKER@", MARKER))
+    header = (
+        HEADER.replace("@TORCH@", TORCH_VERSION)
+        .replace("@XMLIR@", XMLIR_VERSION)
+        .replace("@SHA256@", hashlib.sha256(payload).hexdigest())
+        .replace("@SIZE@", str(size))
+        .replace("@MARKER@", MARKER)
+    )
     tmp = out_path + ".tmp"
     with open(tmp, "wb") as fh:
         fh.write(header.encode() + payload)

@@ -5,6 +5,7 @@ METADATA, WHEEL, RECORD (sha256, urlsafe base64 without padding) and optional
 entry_points.txt. Every member gets the same fixed timestamp and mode, in sorted order,
 so the same inputs give the same bytes.
 """
+
 import base64
 import hashlib
 import os
@@ -50,11 +51,22 @@ def write_zip(path: str, members: dict, modes: dict = None) -> None:
     os.replace(tmp, path)
 
 
-def build_wheel(out_path: str, name: str, version: str, files: dict, tag: str,
-                summary: str = "", requires_python: str = ">=3.8", requires: tuple = (),
-                entry_points: str = "", metadata_name: str = None,
-                metadata_version: str = None, purelib: bool = False,
-                extra_metadata: tuple = (), dist_info_version: str = None) -> str:
+def build_wheel(
+    out_path: str,
+    name: str,
+    version: str,
+    files: dict,
+    tag: str,
+    summary: str = "",
+    requires_python: str = ">=3.8",
+    requires: tuple = (),
+    entry_points: str = "",
+    metadata_name: str = None,
+    metadata_version: str = None,
+    purelib: bool = False,
+    extra_metadata: tuple = (),
+    dist_info_version: str = None,
+) -> str:
     """Write a wheel; `metadata_name`/`metadata_version`/`dist_info_version` let the
     wheel's insides differ from its file name (some vendor wheels ship that way)."""
     dist_info = f"{normalize(name)}-{dist_info_version or version}.dist-info"
@@ -73,11 +85,13 @@ def build_wheel(out_path: str, name: str, version: str, files: dict, tag: str,
     members[f"{dist_info}/METADATA"] = ("\n".join(meta) + "\n\n").encode()
     members[f"{dist_info}/WHEEL"] = (
         "Wheel-Version: 1.0\nGenerator: kunlun-fleet (1.0)\n"
-        f"Root-Is-Purelib: {'true' if purelib else 'false'}\nTag: {tag}\n\n").encode()
+        f"Root-Is-Purelib: {'true' if purelib else 'false'}\nTag: {tag}\n\n"
+    ).encode()
     if entry_points:
         members[f"{dist_info}/entry_points.txt"] = entry_points.encode()
-    members[f"{dist_info}/top_level.txt"] = ("\n".join(sorted({
-        a.split("/")[0] for a in files if "/" in a and not a.endswith(".dist-info")})) + "\n").encode()
+    members[f"{dist_info}/top_level.txt"] = (
+        "\n".join(sorted({a.split("/")[0] for a in files if "/" in a and not a.endswith(".dist-info")})) + "\n"
+    ).encode()
     record = [f"{arc},{record_hash(data)},{len(data)}" for arc, data in members.items()]
     record.append(f"{dist_info}/RECORD,,")
     members[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()

@@ -8,6 +8,7 @@ the same version and firmware give the same bytes (so bundle checksums are stabl
 
     python3 kunlun_fleet/sim/kit/xre.py 5.0.21.26 OUT_DIR [--firmware 1.0.2.14.1.54]
 """
+
 import argparse
 import gzip
 import io
@@ -15,11 +16,11 @@ import re
 import tarfile
 from pathlib import Path
 
-PAYLOAD_DIR = Path(__file__).resolve().parent / 'xre'
-DEFAULT_FIRMWARE = '1.0.2.14.1.54'
-MARKER = '__XRE_PAYLOAD_BELOW__'
+PAYLOAD_DIR = Path(__file__).resolve().parent / "xre"
+DEFAULT_FIRMWARE = "1.0.2.14.1.54"
+MARKER = "__XRE_PAYLOAD_BELOW__"
 
-HEADER = '''#!/bin/sh
+HEADER = """#!/bin/sh
 # XRE self-extracting installer, version @VERSION@ (kunlun-fleet hardware kit).
 # Usage: KERNELDIR=/usr/src/linux-headers-$(uname -r) sh $0 --silent --accept-license
 set -u
@@ -33,7 +34,7 @@ fi
 sh "$tmp/install.sh" "$@"
 exit $?
 @MARKER@
-'''
+"""
 
 
 def _add(tar, name, data, mode=0o644):
@@ -42,7 +43,7 @@ def _add(tar, name, data, mode=0o644):
     info.mode = mode
     info.mtime = 0
     info.uid = info.gid = 0
-    info.uname = info.gname = 'root'
+    info.uname = info.gname = "root"
     tar.addfile(info, io.BytesIO(data))
 
 
@@ -51,21 +52,21 @@ def build_xre_run(version: str, out_path: Path, firmware: str = DEFAULT_FIRMWARE
 
     Returns the path written.
     """
-    if not re.match(r'^\d+(\.\d+)+$', version):
-        raise ValueError('XRE version must be dotted numbers, got %r' % (version,))
+    if not re.match(r"^\d+(\.\d+)+$", version):
+        raise ValueError("XRE version must be dotted numbers, got %r" % (version,))
     out_path = Path(out_path)
-    name = 'xre-Linux-x86_64-%s.run' % version
+    name = "xre-Linux-x86_64-%s.run" % version
     target = out_path / name if out_path.is_dir() else out_path
     target.parent.mkdir(parents=True, exist_ok=True)
     raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode='w', format=tarfile.USTAR_FORMAT) as tar:
-        _add(tar, 'install.sh', (PAYLOAD_DIR / 'install.sh').read_bytes(), 0o755)
-        _add(tar, 'xpu-smi', (PAYLOAD_DIR / 'xpu-smi').read_bytes(), 0o755)
-        _add(tar, 'LICENSE', (PAYLOAD_DIR / 'LICENSE').read_bytes())
-        _add(tar, 'version', (version + '\n').encode())
-        _add(tar, 'firmware', (firmware + '\n').encode())
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        _add(tar, "install.sh", (PAYLOAD_DIR / "install.sh").read_bytes(), 0o755)
+        _add(tar, "xpu-smi", (PAYLOAD_DIR / "xpu-smi").read_bytes(), 0o755)
+        _add(tar, "LICENSE", (PAYLOAD_DIR / "LICENSE").read_bytes())
+        _add(tar, "version", (version + "\n").encode())
+        _add(tar, "firmware", (firmware + "\n").encode())
     payload = gzip.compress(raw.getvalue(), mtime=0)
-    header = HEADER.replace('@VERSION@', version).replace('@MARKER@', MARKER)
+    header = HEADER.replace("@VERSION@", version).replace("@MARKER@", MARKER)
     target.write_bytes(header.encode() + payload)
     target.chmod(0o755)
     return target
@@ -73,12 +74,12 @@ def build_xre_run(version: str, out_path: Path, firmware: str = DEFAULT_FIRMWARE
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('version')
-    parser.add_argument('out', type=Path, help='output directory or .run path')
-    parser.add_argument('--firmware', default=DEFAULT_FIRMWARE)
+    parser.add_argument("version")
+    parser.add_argument("out", type=Path, help="output directory or .run path")
+    parser.add_argument("--firmware", default=DEFAULT_FIRMWARE)
     args = parser.parse_args(argv)
     print(build_xre_run(args.version, args.out, args.firmware))
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     main()

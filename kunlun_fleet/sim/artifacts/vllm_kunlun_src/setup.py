@@ -8,6 +8,7 @@ Its metadata is declared as in the public tree at 8986d8c: the name vllm_kunlun 
 setuptools takes pyproject.toml's name, version and entry points over setup()'s (and warns
 that these are ignored). Nothing in the tree names its commit: only git archive records it.
 """
+
 import os
 
 from setuptools import Extension, find_packages, setup
@@ -45,8 +46,10 @@ if __name__ == "__main__":
         ],
         entry_points={
             "vllm.platform_plugins": ["kunlun = vllm_kunlun:register"],
-            "vllm.general_plugins": ["kunlun_model = vllm_kunlun:register_model",
-                                     "kunlun_quant = vllm_kunlun:register_quant_method"],
+            "vllm.general_plugins": [
+                "kunlun_model = vllm_kunlun:register_model",
+                "kunlun_quant = vllm_kunlun:register_quant_method",
+            ],
         },
         cmdclass={"install": install},
         zip_safe=False,

@@ -6,6 +6,7 @@ fails against the vendor's library: `AttributeError: module 'kunlun_ops' has no 
 'X'` for an operator this release does not have, `TypeError: X() got an unexpected keyword
 argument 'Y'` for a keyword it does not take. The kernels themselves do nothing.
 """
+
 from kunlun_ops._op_table import OPS as _OPS
 
 __version__ = "@VERSION@"
@@ -14,8 +15,7 @@ __version__ = "@VERSION@"
 def _make(name, params):
     """A function `name(p1=None, p2=None, ...)`: Python's own argument binding does the
     checking, so a wrong keyword raises Python's own TypeError."""
-    src = "def %s(%s):\n    return _launch(%r)\n" % (
-        name, ", ".join("%s=None" % p for p in params), name)
+    src = "def %s(%s):\n    return _launch(%r)\n" % (name, ", ".join("%s=None" % p for p in params), name)
     scope = {"_launch": _launch}
     exec(compile(src, "<kunlun_ops>", "exec"), scope)
     fn = scope[name]

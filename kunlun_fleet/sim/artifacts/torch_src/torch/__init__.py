@@ -1,4 +1,5 @@
 """PyTorch 2.5.1, Kunlunxin xpytorch build (CUDA-compatible mode: XPUs appear as `cuda`)."""
+
 from torch.version import __version__  # noqa: F401
 from torch import cuda, xpu  # noqa: F401
 from torch import _tensor

@@ -5,6 +5,7 @@ the driver could not bring up has a node with no driver behind it: opening it fa
 (ENXIO, "No such device or address"), and the runtime leaves that device out of its
 count, so one card in error on an 8-card server gives 7.
 """
+
 import glob
 import os
 import re
@@ -47,8 +48,7 @@ def _xpu_get_failed_devices() -> list:
     for d in _xpu_get_visible_devices():
         exc = _open_error(d)
         if exc is not None:
-            out.append((d, os.path.join(_dev_dir(), "xpu%d" % d),
-                        "[Errno %d] %s" % (exc.errno, exc.strerror)))
+            out.append((d, os.path.join(_dev_dir(), "xpu%d" % d), "[Errno %d] %s" % (exc.errno, exc.strerror)))
     return out
 
 

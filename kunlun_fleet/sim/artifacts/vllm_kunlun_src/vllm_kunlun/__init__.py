@@ -1,4 +1,5 @@
 """vLLM-Kunlun: Kunlunxin XPU platform plugin for vLLM 0.15.1."""
+
 __version__ = "0.15.1.dev0"
 __commit__ = "4885de2"
 
@@ -11,4 +12,5 @@ def register():
 def register_model():
     """vllm.general_plugins entry point: the Kunlun kernels of vLLM's layers."""
     from vllm_kunlun.ops import register_ops
+
     register_ops()

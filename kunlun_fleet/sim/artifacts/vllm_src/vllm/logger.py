@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Logging in vLLM's format: `(APIServer pid=N) INFO 11-29 16:55:00 [file.py:123] message`."""
+
 import logging
 import os
 import sys

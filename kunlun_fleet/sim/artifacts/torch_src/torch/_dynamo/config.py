@@ -1,4 +1,5 @@
 """Dynamo configuration."""
+
 cache_size_limit = 8
 accumulated_cache_size_limit = 256
 suppress_errors = False

@@ -1,4 +1,5 @@
 """torch._dynamo.eval_frame (PyTorch 2.5.1)."""
+
 import functools
 
 _PATCHED_BY = None  # replaced by platform builds that ship their own eval_frame
@@ -17,6 +18,7 @@ class OptimizeContext:
         @functools.wraps(fn)
         def inner(*args, **kwargs):
             return fn(*args, **kwargs)
+
         return inner
 
 

@@ -1,4 +1,5 @@
 """Inductor configuration (PyTorch 2.5.1)."""
+
 debug = False
 max_autotune = False
 max_autotune_gemm_backends = "ATEN,TRITON,CPP"

@@ -1,5 +1,6 @@
 """torch.cuda on xpytorch: the Kunlunxin XPUs, counted by torch_xmlir (CUDA-compatible
 mode: device i is the i-th XPU that XPU_VISIBLE_DEVICES lets the runtime open)."""
+
 _initialized = False
 _device_name = "P800 OAM"
 # 96 GiB of HBM per P800 (xpu-smi: 98304 MiB; torch's out-of-memory message: "a total
@@ -21,6 +22,7 @@ def _check_capability():
 
 def device_count() -> int:
     from torch_xmlir import _XMLIRC
+
     return _XMLIRC._xpu_get_devices_number()
 
 
@@ -50,8 +52,10 @@ class _CudaDeviceProperties:
         self.name, self.total_memory, self.major, self.minor = name, total_memory, major, minor
 
     def __repr__(self):
-        return (f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
-                f"total_memory={self.total_memory // (1024 * 1024)}MB)")
+        return (
+            f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
+            f"total_memory={self.total_memory // (1024 * 1024)}MB)"
+        )
 
 
 def _device_index(device=None) -> int:

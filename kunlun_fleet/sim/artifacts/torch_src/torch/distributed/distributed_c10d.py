@@ -1,4 +1,5 @@
 """Process groups (PyTorch 2.5.1)."""
+
 _default_backend = "gloo"
 
 

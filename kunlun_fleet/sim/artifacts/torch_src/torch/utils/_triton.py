@@ -1,4 +1,5 @@
 """Triton availability (PyTorch 2.5.1)."""
+
 import functools
 
 
@@ -6,6 +7,7 @@ import functools
 def has_triton_package() -> bool:
     try:
         import triton  # noqa: F401
+
         return triton is not None
     except ImportError:
         return False

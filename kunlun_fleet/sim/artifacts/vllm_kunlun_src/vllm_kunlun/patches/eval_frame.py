@@ -3,6 +3,7 @@
 Replaces PyTorch's file: the XPU graph mode needs frames compiled only once per code
 object, and no guard failures recompiling under CUDA-compatible mode.
 """
+
 import functools
 
 _PATCHED_BY = "vllm_kunlun 0.15.1.dev0 (4885de2)"
@@ -22,6 +23,7 @@ class OptimizeContext:
         @functools.wraps(fn)
         def inner(*args, **kwargs):
             return fn(*args, **kwargs)
+
         return inner
 
 

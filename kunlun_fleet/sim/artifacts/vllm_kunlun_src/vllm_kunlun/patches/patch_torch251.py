@@ -97,7 +97,7 @@ PATCHES = [
         "lines": "19-20",
         "old": "def _device_supports_triton() -> bool:\n    return True\n",
         "new": "def _device_supports_triton() -> bool:\n"
-               "    return False  # Kunlun triton 3.0.0+b2cde523 is driven by kunlun_ops\n",
+        "    return False  # Kunlun triton 3.0.0+b2cde523 is driven by kunlun_ops\n",
     },
     {
         "file": "torch/_ops.py",
@@ -119,7 +119,7 @@ PATCHES = [
         "lines": "10",
         "old": '    raise NotImplementedError("scaled_dot_product_attention: no kernel for this device")\n',
         "new": "    from vllm_kunlun import _kunlun  # noqa: F401  (XPU attention lives in kunlun_ops)\n"
-               '    raise NotImplementedError("scaled_dot_product_attention: use the Kunlun attention backend")\n',
+        '    raise NotImplementedError("scaled_dot_product_attention: use the Kunlun attention backend")\n',
     },
 ]
 
@@ -205,8 +205,10 @@ def main():
     for patch in PATCHES:
         results[apply_patch(patch, dry_run=dry_run)] += 1
     print("\n" + "=" * 64)
-    print("  Results: %d applied  |  %d skipped  |  %d failed  |  %d total"
-          % (results["success"], results["skipped"], results["failed"], len(PATCHES)))
+    print(
+        "  Results: %d applied  |  %d skipped  |  %d failed  |  %d total"
+        % (results["success"], results["skipped"], results["failed"], len(PATCHES))
+    )
     if not dry_run and results["success"] > 0:
         print("  Original files backed up as .bak")
         print("  To revert: python patch_torch251.py --revert")

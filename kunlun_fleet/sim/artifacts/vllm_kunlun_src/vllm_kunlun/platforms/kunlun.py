@@ -4,6 +4,7 @@ Importing this module loads what the platform runs on, as the real plugin does: 
 (xpytorch 2.5.1), the plugin's compiled extension `vllm_kunlun._kunlun`, kunlun_ops and
 torch_xmlir. A missing piece fails here, with Python's import error.
 """
+
 import torch  # noqa: F401  (xpytorch: XPUs appear as cuda)
 import kunlun_ops  # noqa: F401
 from torch_xmlir import _XMLIRC
@@ -42,4 +43,7 @@ class KunlunPlatform:
     @classmethod
     def describe(cls) -> str:
         return "torch %s, kunlun_ops %s, vllm_kunlun._kunlun %s" % (
-            torch.__version__, kunlun_ops.__version__, "/".join(_kunlun.version()))
+            torch.__version__,
+            kunlun_ops.__version__,
+            "/".join(_kunlun.version()),
+        )

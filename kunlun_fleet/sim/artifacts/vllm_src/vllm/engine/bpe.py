@@ -14,13 +14,16 @@ This module holds both halves:
   \\p{M}) that Python's `re` lacks: letters are `[^\\W\\d_]`, numbers `\\d`; identical for
   ASCII text, an approximation for rare scripts.
 """
+
 import collections
 import re
 import unicodedata
 
 # transformers' Qwen3_5Tokenizer / Qwen2Tokenizer pre-tokenizer (the `tokenizers` regex).
-QWEN_PRETOKENIZE_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}|"
-                          r" ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN_PRETOKENIZE_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}|"
+    r" ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 # The same in Python's re (see the module's docstring).
 _L = r"[^\W\d_]"
 PRETOKENIZE = re.compile(
@@ -30,13 +33,17 @@ PRETOKENIZE = re.compile(
     r"| ?(?:[^\s\w]|_)+[\r\n]*"
     r"|\s*[\r\n]+"
     r"|\s+(?!\S)"
-    r"|\s+")
+    r"|\s+"
+)
 
 
 def bytes_to_unicode() -> dict:
     """GPT-2's reversible byte -> printable character map (byte-level BPE's alphabet)."""
-    bs = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1))
-          + list(range(ord("\xae"), ord("\xff") + 1)))
+    bs = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("\xa1"), ord("\xac") + 1))
+        + list(range(ord("\xae"), ord("\xff") + 1))
+    )
     cs = bs[:]
     n = 0
     for b in range(256):
@@ -101,23 +108,49 @@ def tokenizer_json(words, special_tokens) -> dict:
     added = []
     for tok in special_tokens:
         vocab[tok] = len(vocab)
-        added.append({"id": vocab[tok], "content": tok, "single_word": False, "lstrip": False,
-                      "rstrip": False, "normalized": False, "special": True})
+        added.append(
+            {
+                "id": vocab[tok],
+                "content": tok,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+        )
     return {
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
         "normalizer": {"type": "NFC"},
-        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": QWEN_PRETOKENIZE_REGEX},
-             "behavior": "Isolated", "invert": False},
-            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
-             "use_regex": False}]},
+        "pre_tokenizer": {
+            "type": "Sequence",
+            "pretokenizers": [
+                {
+                    "type": "Split",
+                    "pattern": {"Regex": QWEN_PRETOKENIZE_REGEX},
+                    "behavior": "Isolated",
+                    "invert": False,
+                },
+                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+            ],
+        },
         "post_processor": None,
-        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
-                    "use_regex": False},
-        "model": {"type": "BPE", "dropout": None, "unk_token": None,
-                  "continuing_subword_prefix": "", "end_of_word_suffix": "",
-                  "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-                  "vocab": vocab, "merges": [[a, b] for a, b in merges]},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": "",
+            "end_of_word_suffix": "",
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": vocab,
+            "merges": [[a, b] for a, b in merges],
+        },
     }
 
 
@@ -141,8 +174,7 @@ class Encoder:
             return n
         seq = list(to_byte_level(piece))
         while len(seq) > 1:
-            ranked = [(self.ranks.get(p), i) for i, p in enumerate(zip(seq, seq[1:]))
-                      if p in self.ranks]
+            ranked = [(self.ranks.get(p), i) for i, p in enumerate(zip(seq, seq[1:])) if p in self.ranks]
             if not ranked:
                 break
             best = seq[min(ranked)[1]], seq[min(ranked)[1] + 1]

@@ -20,12 +20,13 @@ doubles the recurrent part. The runtime reserve is calibrated on the observation
 3637 MiB, 255 sequences fit at 0.9 and the 256th does not. The same figures give, at 0.75,
 room for about 1830 sequences in float16 (about 930 in float32).
 """
+
 import math
 
-CARD_MIB = 98304                 # xpu-smi "Memory Usage Total" of a P800
-KV_OFFSET_MIB = 0.16 * 1024      # KV(0.9) = 0.9 x 96 GiB - 0.16 GiB = 86.24 GiB (the notes)
-WEIGHTS_MIB = 31 * 1024          # the INT8 checkpoint, split over the TP ranks
-RUNTIME_RESERVE_MIB = 3637       # calibrated: the 256th sequence does not fit at 0.9
+CARD_MIB = 98304  # xpu-smi "Memory Usage Total" of a P800
+KV_OFFSET_MIB = 0.16 * 1024  # KV(0.9) = 0.9 x 96 GiB - 0.16 GiB = 86.24 GiB (the notes)
+WEIGHTS_MIB = 31 * 1024  # the INT8 checkpoint, split over the TP ranks
+RUNTIME_RESERVE_MIB = 3637  # calibrated: the 256th sequence does not fit at 0.9
 DTYPE_BYTES = {"float16": 2, "half": 2, "bfloat16": 2, "float32": 4, "float": 4}
 
 
@@ -37,8 +38,13 @@ def ssm_dtype(args, config: dict) -> str:
     dtype = args.mamba_ssm_cache_dtype or "auto"
     if dtype == "auto":
         tc = config.get("text_config") or config
-        dtype = tc.get("mamba_ssm_dtype") or config.get("mamba_ssm_dtype") or \
-            tc.get("dtype") or config.get("dtype") or "float16"
+        dtype = (
+            tc.get("mamba_ssm_dtype")
+            or config.get("mamba_ssm_dtype")
+            or tc.get("dtype")
+            or config.get("dtype")
+            or "float16"
+        )
     return dtype
 
 
@@ -78,15 +84,18 @@ class MemoryModel:
         """torch's out-of-memory text for the allocation of the next sequence's state."""
         before = self.used_mib(running - 1)
         free = max(CARD_MIB - before, 0.0)
-        return ("XPU out of memory. Tried to allocate %.2f MiB. XPU 0 has a total capacity of "
-                "%.2f GiB of which %.2f MiB is free. Of the allocated memory %.2f GiB is "
-                "allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated. If "
-                "reserved but unallocated memory is large try setting "
-                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
-                % (self.per_seq_mib, CARD_MIB / 1024, free, before / 1024))
+        return (
+            "XPU out of memory. Tried to allocate %.2f MiB. XPU 0 has a total capacity of "
+            "%.2f GiB of which %.2f MiB is free. Of the allocated memory %.2f GiB is "
+            "allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated. If "
+            "reserved but unallocated memory is large try setting "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
+            % (self.per_seq_mib, CARD_MIB / 1024, free, before / 1024)
+        )
 
     def describe(self) -> str:
-        return ("KV cache %.2f GiB, weights + runtime %.2f GiB, SSM state %.2f MiB per "
-                "sequence (%s): room for %d running sequences per card"
-                % (self.kv_mib / 1024, self.fixed_mib / 1024, self.per_seq_mib,
-                   self.state_dtype, self.max_running()))
+        return (
+            "KV cache %.2f GiB, weights + runtime %.2f GiB, SSM state %.2f MiB per "
+            "sequence (%s): room for %d running sequences per card"
+            % (self.kv_mib / 1024, self.fixed_mib / 1024, self.per_seq_mib, self.state_dtype, self.max_running())
+        )

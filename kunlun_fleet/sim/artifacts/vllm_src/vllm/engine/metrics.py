@@ -5,16 +5,79 @@ With KUNLUN_SIM_LOAD_FILE set (the sim's serving environment), the engine's load
 and waiting requests, KV cache usage) is also written there, at most once a second and
 when it falls idle: the sim kit's xpu-smi reads it from the process that holds the
 devices, so device memory, utilisation, power and temperature move with the load."""
+
 import json
 import os
 import time
 
-TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
-                5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
-ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
-               7.5, 10.0, 20.0, 40.0, 80.0]
-LATENCY_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
-                   60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0]
+TTFT_BUCKETS = [
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+]
+ITL_BUCKETS = [
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+]
+LATENCY_BUCKETS = [
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+]
 TOKEN_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
 FINISH_REASONS = ("stop", "length", "abort", "error")
 
@@ -59,30 +122,42 @@ class Metrics:
         self.load_written = (0.0, None)
         self.success = {r: 0 for r in FINISH_REASONS}
         self.h = {
-            "ttft": Histogram("vllm:time_to_first_token_seconds",
-                              "Histogram of time to first token in seconds.", TTFT_BUCKETS),
-            "itl": Histogram("vllm:inter_token_latency_seconds",
-                             "Histogram of inter-token latency in seconds.", ITL_BUCKETS),
-            "tpot": Histogram("vllm:request_time_per_output_token_seconds",
-                              "Histogram of time_per_output_token_seconds per request.",
-                              ITL_BUCKETS),
-            "e2e": Histogram("vllm:e2e_request_latency_seconds",
-                             "Histogram of e2e request latency in seconds.", LATENCY_BUCKETS),
-            "queue": Histogram("vllm:request_queue_time_seconds",
-                               "Histogram of time spent in WAITING phase for request.",
-                               LATENCY_BUCKETS),
-            "prefill": Histogram("vllm:request_prefill_time_seconds",
-                                 "Histogram of time spent in PREFILL phase for request.",
-                                 LATENCY_BUCKETS),
-            "decode": Histogram("vllm:request_decode_time_seconds",
-                                "Histogram of time spent in DECODE phase for request.",
-                                LATENCY_BUCKETS),
-            "req_prompt": Histogram("vllm:request_prompt_tokens",
-                                    "Number of prefill tokens processed.", TOKEN_BUCKETS),
-            "req_gen": Histogram("vllm:request_generation_tokens",
-                                 "Number of generation tokens processed.", TOKEN_BUCKETS),
-            "iter": Histogram("vllm:iteration_tokens_total",
-                              "Histogram of number of tokens per engine_step.", TOKEN_BUCKETS),
+            "ttft": Histogram(
+                "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS
+            ),
+            "itl": Histogram(
+                "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", ITL_BUCKETS
+            ),
+            "tpot": Histogram(
+                "vllm:request_time_per_output_token_seconds",
+                "Histogram of time_per_output_token_seconds per request.",
+                ITL_BUCKETS,
+            ),
+            "e2e": Histogram(
+                "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", LATENCY_BUCKETS
+            ),
+            "queue": Histogram(
+                "vllm:request_queue_time_seconds",
+                "Histogram of time spent in WAITING phase for request.",
+                LATENCY_BUCKETS,
+            ),
+            "prefill": Histogram(
+                "vllm:request_prefill_time_seconds",
+                "Histogram of time spent in PREFILL phase for request.",
+                LATENCY_BUCKETS,
+            ),
+            "decode": Histogram(
+                "vllm:request_decode_time_seconds",
+                "Histogram of time spent in DECODE phase for request.",
+                LATENCY_BUCKETS,
+            ),
+            "req_prompt": Histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", TOKEN_BUCKETS),
+            "req_gen": Histogram(
+                "vllm:request_generation_tokens", "Number of generation tokens processed.", TOKEN_BUCKETS
+            ),
+            "iter": Histogram(
+                "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", TOKEN_BUCKETS
+            ),
         }
 
     def set_queue(self, running, waiting, kv=None):
@@ -154,16 +229,27 @@ class Metrics:
 
         gauge("vllm:num_requests_running", "Number of requests in model execution batches.", self.running)
         gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", self.waiting)
-        gauge("vllm:engine_sleep_state", "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.", 1)
+        gauge(
+            "vllm:engine_sleep_state",
+            "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.",
+            1,
+        )
         gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", self.kv)
-        counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", self.prefix_queries)
+        counter(
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            self.prefix_queries,
+        )
         counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", self.prefix_hits)
         counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", self.preemptions)
         counter("vllm:prompt_tokens", "Number of prefill tokens processed.", self.prompt_tokens)
         counter("vllm:generation_tokens", "Number of generation tokens processed.", self.generation_tokens)
-        counter("vllm:request_success", "Count of successfully processed requests.", None,
-                [(f',finished_reason="{r}"', n) for r, n in self.success.items()])
-        for key in ("req_prompt", "req_gen", "iter", "ttft", "itl", "tpot", "e2e", "queue",
-                    "prefill", "decode"):
+        counter(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            None,
+            [(f',finished_reason="{r}"', n) for r, n in self.success.items()],
+        )
+        for key in ("req_prompt", "req_gen", "iter", "ttft", "itl", "tpot", "e2e", "queue", "prefill", "decode"):
             out.extend(self.h[key].render(labels))
         return "\n".join(out) + "\n"

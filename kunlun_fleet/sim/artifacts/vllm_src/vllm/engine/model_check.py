@@ -5,6 +5,7 @@ Each failure raises the exception type and message the real stack raises in that
 (huggingface_hub / transformers / vllm config validation), so the service log reads the
 same.
 """
+
 import glob
 import json
 import os
@@ -29,14 +30,35 @@ class LocalEntryNotFoundError(OSError):
 REPO_ID_RE = re.compile(r"^(\b[\w\-.]+\b/)?\b[\w\-.]{1,96}\b$")
 
 KNOWN_MODEL_TYPES = {
-    "qwen3_5", "qwen3_5_moe", "qwen3", "qwen3_moe", "qwen3_next", "qwen2", "qwen2_moe",
-    "llama", "mistral", "mixtral", "deepseek_v2", "deepseek_v3", "gemma2", "gemma3",
+    "qwen3_5",
+    "qwen3_5_moe",
+    "qwen3",
+    "qwen3_moe",
+    "qwen3_next",
+    "qwen2",
+    "qwen2_moe",
+    "llama",
+    "mistral",
+    "mixtral",
+    "deepseek_v2",
+    "deepseek_v3",
+    "gemma2",
+    "gemma3",
 }
 # Activation dtypes each quantization method supports on this platform.
-QUANT_DTYPES = {"compressed-tensors": ["float16"], "fp8": ["float16", "bfloat16"],
-                "awq": ["float16"], "gptq": ["float16"]}
-TORCH_DTYPE = {"half": "float16", "float16": "float16", "bfloat16": "bfloat16",
-               "float": "float32", "float32": "float32"}
+QUANT_DTYPES = {
+    "compressed-tensors": ["float16"],
+    "fp8": ["float16", "bfloat16"],
+    "awq": ["float16"],
+    "gptq": ["float16"],
+}
+TORCH_DTYPE = {
+    "half": "float16",
+    "float16": "float16",
+    "bfloat16": "bfloat16",
+    "float": "float32",
+    "float32": "float32",
+}
 
 
 def resolve_model(model: str) -> str:
@@ -48,20 +70,24 @@ def resolve_model(model: str) -> str:
         if model.count("/") > 1 or model.startswith("/"):
             raise HFValidationError(
                 "Repo id must be in the form 'repo_name' or 'namespace/repo_name': "
-                f"'{model}'. Use `repo_type` argument if needed.")
+                f"'{model}'. Use `repo_type` argument if needed."
+            )
         raise HFValidationError(
             "Repo id must use alphanumeric chars or '-', '_', '.', '--' and '..' are "
-            f"forbidden, '-' and '.' cannot start or end the name, max length is 96: '{model}'.")
+            f"forbidden, '-' and '.' cannot start or end the name, max length is 96: '{model}'."
+        )
     if offline:
         raise LocalEntryNotFoundError(
             "Cannot find the requested files in the disk cache and outgoing traffic has been "
             "disabled. To enable hf.co look-ups and downloads online, set 'local_files_only' "
-            "to False.")
+            "to False."
+        )
     raise OSError(
         "We couldn't connect to 'https://huggingface.co' to load the files, and couldn't "
         "find them in the cached files.\nCheck your internet connection or see how to run "
         "the library in offline mode at "
-        "'https://huggingface.co/docs/transformers/installation#offline-mode'.")
+        "'https://huggingface.co/docs/transformers/installation#offline-mode'."
+    )
 
 
 def load_config(model_dir: str) -> dict:
@@ -76,7 +102,8 @@ def load_config(model_dir: str) -> dict:
             "   - For Hugging Face models: ensure the presence of a "
             "'config.json'.\n"
             "   - For Mistral models: ensure the presence of a "
-            "'params.json'.\n".format(model=model_dir))
+            "'params.json'.\n".format(model=model_dir)
+        )
     with open(path, encoding="utf-8") as fh:
         text = fh.read()
     try:
@@ -90,7 +117,8 @@ def load_config(model_dir: str) -> dict:
         raise ValueError(
             f"The checkpoint you are trying to load has model type `{model_type}` but "
             "Transformers does not recognize this architecture. This could be because of an "
-            "issue with the checkpoint, or because your version of Transformers is out of date.")
+            "issue with the checkpoint, or because your version of Transformers is out of date."
+        )
     return config
 
 
@@ -101,7 +129,7 @@ def text_config(config: dict) -> dict:
 def check_config(args, config: dict) -> int:
     """dtype, quantization and length checks; returns the max_model_len to serve."""
     tc = text_config(config)
-    quant = (config.get("quantization_config") or tc.get("quantization_config") or {})
+    quant = config.get("quantization_config") or tc.get("quantization_config") or {}
     quant_method = quant.get("quant_method")
     if quant_method == "compressed_tensors":
         quant_method = "compressed-tensors"
@@ -110,15 +138,16 @@ def check_config(args, config: dict) -> int:
             "Quantization method specified in the model config "
             f"({quant_method}) does not match the quantization "
             f"method specified in the `quantization` argument "
-            f"({args.quantization}).")
+            f"({args.quantization})."
+        )
     method = args.quantization or quant_method
     config_dtype = config.get("dtype") or config.get("torch_dtype") or tc.get("dtype") or "float16"
     dtype = config_dtype if args.dtype == "auto" else TORCH_DTYPE.get(args.dtype, args.dtype)
     if method in QUANT_DTYPES and dtype not in QUANT_DTYPES[method]:
         supported = ", ".join(f"torch.{d}" for d in QUANT_DTYPES[method])
         raise ValueError(
-            f"torch.{dtype} is not supported for quantization "
-            f"method {method}. Supported dtypes: [{supported}]")
+            f"torch.{dtype} is not supported for quantization method {method}. Supported dtypes: [{supported}]"
+        )
     derived = tc.get("max_position_embeddings")
     rope = tc.get("rope_scaling")
     params = tc.get("rope_parameters")
@@ -142,7 +171,8 @@ def check_config(args, config: dict) -> int:
             "VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution. If the model uses "
             "relative position encoding (RoPE), positions exceeding derived_max_model_len lead "
             "to nan. If the model uses absolute position encoding, positions exceeding "
-            "derived_max_model_len will cause a CUDA array out-of-bounds error.")
+            "derived_max_model_len will cause a CUDA array out-of-bounds error."
+        )
     if max_len > derived:
         # YaRN beyond the native window: the KV cache for one full-length request no longer
         # fits in what gpu_memory_utilization leaves (16 full-attention layers, 64 KiB/token).
@@ -155,7 +185,8 @@ def check_config(args, config: dict) -> int:
                 f"cache memory ({available:.2f} GiB). Based on the available memory, the "
                 f"estimated maximum model length is {int(available * 2**30 / 65536)}. Try "
                 "increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
-                "initializing the engine.")
+                "initializing the engine."
+            )
     return int(max_len)
 
 
@@ -168,8 +199,12 @@ def kv_cache_gib(args) -> float:
 def visible_devices() -> list:
     """Device nodes this process may use: /dev/xpuN, restricted by XPU_VISIBLE_DEVICES."""
     dev_dir = os.environ.get("KUNLUN_SIM_DEV_DIR", "/dev")
-    present = sorted(int(m.group(1)) for p in glob.glob(os.path.join(dev_dir, "xpu*"))
-                     for m in [re.fullmatch(r"xpu(\d+)", os.path.basename(p))] if m)
+    present = sorted(
+        int(m.group(1))
+        for p in glob.glob(os.path.join(dev_dir, "xpu*"))
+        for m in [re.fullmatch(r"xpu(\d+)", os.path.basename(p))]
+        if m
+    )
     visible = os.environ.get("XPU_VISIBLE_DEVICES")
     if visible is None or visible.strip() == "":
         return present
@@ -213,7 +248,8 @@ def check_devices(args, platform=None) -> int:
             f"available GPUs ({count}) in this node. If this is "
             "intentional and you are using:\n"
             "- ray, set '--distributed-executor-backend ray'.\n"
-            "- multiprocessing, set '--nnodes' appropriately.")
+            "- multiprocessing, set '--nnodes' appropriately."
+        )
     return count
 
 
@@ -263,6 +299,7 @@ class Tokenizer:
                 self.vocab = model.get("vocab") or {}
             elif model.get("type") == "BPE":
                 from vllm.engine.bpe import Encoder
+
                 self.bpe = Encoder(data)
         except (OSError, ValueError, KeyError):
             pass

@@ -31,6 +31,7 @@ Environment (read once at start):
     KUNLUN_SIM_PREFILL_TOKENS_PER_SECOND  prefill rate (9700)
     KUNLUN_SIM_KV_CACHE_TOKENS            KV cache capacity in tokens, for kv_cache_usage_perc
 """
+
 import asyncio
 import collections
 import hashlib
@@ -76,8 +77,7 @@ class Pacing:
 class Sequence:
     """One generation: prompt length, limits, and where its tokens go."""
 
-    def __init__(self, request_id, index, prompt_tokens, max_tokens, seed_text, out,
-                 ignore_eos=False, min_tokens=0):
+    def __init__(self, request_id, index, prompt_tokens, max_tokens, seed_text, out, ignore_eos=False, min_tokens=0):
         self.request_id = request_id
         self.index = index
         self.prompt_tokens = prompt_tokens

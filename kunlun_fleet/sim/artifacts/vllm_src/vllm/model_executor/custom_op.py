@@ -17,6 +17,7 @@ class CustomOp:
             reg_name = name if name is not None else op_cls.__name__
             CustomOp.op_registry_oot[reg_name] = op_cls
             return op_cls
+
         if _decorated_op_cls is None:
             return decorator
         return decorator(_decorated_op_cls)

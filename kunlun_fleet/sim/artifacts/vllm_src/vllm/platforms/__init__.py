@@ -10,6 +10,7 @@ Python, as the gateway's test workers and the serving tests do) there is no acce
 stack to load: `current_platform()` returns None and the simulator serves on its own.
 The serving image always has vllm-kunlun installed.
 """
+
 import importlib
 
 from vllm.logger import init_logger
@@ -33,8 +34,7 @@ def resolve_current_platform_cls_qualname():
         except Exception:
             logger.exception("Failed to resolve platform plugin %s", name)
     if len(activated) >= 2:
-        raise RuntimeError(
-            "Only one platform plugin can be activated, but got: %s" % activated)
+        raise RuntimeError("Only one platform plugin can be activated, but got: %s" % activated)
     if len(activated) == 1:
         logger.info("Platform plugin %s is activated", activated[0])
         return activated[0], qualname

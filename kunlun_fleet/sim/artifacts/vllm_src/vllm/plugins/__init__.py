@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Plugins found through entry points, as vLLM loads them (vllm/plugins/__init__.py)."""
+
 import importlib.metadata
 
 from vllm.logger import init_logger

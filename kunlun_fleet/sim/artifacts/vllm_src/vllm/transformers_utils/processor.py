@@ -14,13 +14,13 @@ imported here (torch, tokenizers, huggingface_hub are missing). The installed re
 source is read instead: the class has `max_pixels` when its body assigns `self.max_pixels`
 or defines `max_pixels`, which is what tells 5.2.0 from 5.5.3.
 """
+
 import ast
 import importlib.metadata
 import os
 
 # model_type values whose processor is built on the Qwen2-VL image processor
-QWEN2_VL_IMAGE_PROCESSOR = {"qwen3_5", "qwen3_5_moe", "qwen2_vl", "qwen2_5_vl", "qwen3_vl",
-                            "qwen3_vl_moe"}
+QWEN2_VL_IMAGE_PROCESSOR = {"qwen3_5", "qwen3_5_moe", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"}
 SOURCE = "transformers/models/qwen2_vl/image_processing_qwen2_vl.py"
 CLASS = "Qwen2VLImageProcessor"
 
@@ -46,12 +46,15 @@ def _class_defines(tree: ast.AST, cls_name: str, attr: str) -> bool:
                 return True
         for sub in ast.walk(node):
             for t in _targets(sub):
-                if (isinstance(t, ast.Attribute) and t.attr == attr
-                        and isinstance(t.value, ast.Name) and t.value.id == "self"):
+                if (
+                    isinstance(t, ast.Attribute)
+                    and t.attr == attr
+                    and isinstance(t.value, ast.Name)
+                    and t.value.id == "self"
+                ):
                     return True
         return False
-    raise ImportError(f"cannot import name '{cls_name}' from "
-                      "'transformers.models.qwen2_vl.image_processing_qwen2_vl'")
+    raise ImportError(f"cannot import name '{cls_name}' from 'transformers.models.qwen2_vl.image_processing_qwen2_vl'")
 
 
 def installed_source():
@@ -64,7 +67,8 @@ def installed_source():
     if not os.path.isfile(path):
         raise ModuleNotFoundError(
             "No module named 'transformers.models.qwen2_vl.image_processing_qwen2_vl'",
-            name="transformers.models.qwen2_vl.image_processing_qwen2_vl")
+            name="transformers.models.qwen2_vl.image_processing_qwen2_vl",
+        )
     return dist.version, path
 
 

@@ -11,6 +11,7 @@ listening, so clients get "connection refused" while the model loads), resolve t
 arguments, check the visible devices against the parallel size, load the weights
 (KUNLUN_SIM_LOAD_SECONDS, default 20), then listen and serve.
 """
+
 import asyncio
 import email.utils
 import json
@@ -25,23 +26,42 @@ from vllm.engine import model_check
 from vllm.engine.memory import MemoryModel
 from vllm.engine.metrics import Metrics
 from vllm.engine.pacing import Engine, Sequence, env_float
-from vllm.entrypoints.openai.cli_args import (DEFAULTS, FlexibleArgumentParser,
-                                              make_arg_parser, validate_api_server_args,
-                                              validate_parsed_serve_args)
+from vllm.entrypoints.openai.cli_args import (
+    DEFAULTS,
+    FlexibleArgumentParser,
+    make_arg_parser,
+    validate_api_server_args,
+    validate_parsed_serve_args,
+)
 from vllm.logger import init_logger, uvicorn_log
 from vllm.platforms import current_platform
 from vllm.version import __version__ as VLLM_VERSION
 
 logger = init_logger("vllm.entrypoints.openai.api_server")
 
-REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
-           405: "Method Not Allowed", 413: "Request Entity Too Large",
-           500: "Internal Server Error", 503: "Service Unavailable"}
+REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    413: "Request Entity Too Large",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
 ROUTES = [
-    ("/openapi.json", "GET, HEAD"), ("/docs", "GET, HEAD"), ("/docs/oauth2-redirect", "GET, HEAD"),
-    ("/redoc", "GET, HEAD"), ("/health", "GET"), ("/load", "GET"), ("/ping", "GET, POST"),
-    ("/version", "GET"), ("/v1/models", "GET"), ("/v1/chat/completions", "POST"),
-    ("/v1/completions", "POST"), ("/metrics", "GET"),
+    ("/openapi.json", "GET, HEAD"),
+    ("/docs", "GET, HEAD"),
+    ("/docs/oauth2-redirect", "GET, HEAD"),
+    ("/redoc", "GET, HEAD"),
+    ("/health", "GET"),
+    ("/load", "GET"),
+    ("/ping", "GET, POST"),
+    ("/version", "GET"),
+    ("/v1/models", "GET"),
+    ("/v1/chat/completions", "POST"),
+    ("/v1/completions", "POST"),
+    ("/metrics", "GET"),
 ]
 
 
@@ -82,8 +102,11 @@ class Connection:
         self.reader, self.writer = reader, writer
 
     def _head(self, status, headers):
-        lines = [f"HTTP/1.1 {status} {REASONS.get(status, 'OK')}",
-                 f"date: {email.utils.formatdate(usegmt=True)}", "server: uvicorn"]
+        lines = [
+            f"HTTP/1.1 {status} {REASONS.get(status, 'OK')}",
+            f"date: {email.utils.formatdate(usegmt=True)}",
+            "server: uvicorn",
+        ]
         lines += [f"{k}: {v}" for k, v in headers]
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
@@ -93,8 +116,7 @@ class Connection:
         await self.writer.drain()
 
     async def start_stream(self, content_type="text/event-stream; charset=utf-8"):
-        self.writer.write(self._head(200, [("content-type", content_type),
-                                           ("transfer-encoding", "chunked")]))
+        self.writer.write(self._head(200, [("content-type", content_type), ("transfer-encoding", "chunked")]))
         await self.writer.drain()
 
     async def chunk(self, data: bytes):
@@ -116,8 +138,7 @@ class Server:
         names = args.served_model_name or [args.model]
         self.served_names = list(names)
         self.metrics = Metrics(self.served_names[0])
-        self.engine = Engine(args.max_num_seqs or 256, self.metrics,
-                             args.max_num_batched_tokens or 8192)
+        self.engine = Engine(args.max_num_seqs or 256, self.metrics, args.max_num_batched_tokens or 8192)
         self.engine.memory = MemoryModel(args, config)
         keys = args.api_key or ([os.environ["VLLM_API_KEY"]] if os.environ.get("VLLM_API_KEY") else None)
         self.api_keys = set(keys) if keys else None
@@ -158,8 +179,10 @@ class Server:
                         await reader.readline()
                 status = await self.dispatch(conn, method.upper(), target, headers, body)
                 if not self.args.disable_uvicorn_access_log:
-                    uvicorn_log("INFO", f'{peer[0]}:{peer[1]} - "{method} {target} {version}" '
-                                        f"{status} {REASONS.get(status, 'OK')}")
+                    uvicorn_log(
+                        "INFO",
+                        f'{peer[0]}:{peer[1]} - "{method} {target} {version}" {status} {REASONS.get(status, "OK")}',
+                    )
                 if version != "HTTP/1.1" or headers.get("connection", "").lower() == "close":
                     break
         except (ConnectionError, asyncio.IncompleteReadError, ValueError):
@@ -174,7 +197,7 @@ class Server:
         path = urlsplit(target).path
         root = self.args.root_path or ""
         if root and path.startswith(root):
-            path = path[len(root):] or "/"
+            path = path[len(root) :] or "/"
         try:
             if path.startswith("/v1") and method != "OPTIONS" and self.api_keys is not None:
                 # AuthenticationMiddleware.verify_token: the scheme in any case, one space.
@@ -200,8 +223,7 @@ class Server:
                 await conn.send(200, dumps({"version": VLLM_VERSION}))
                 return 200
             if path == "/metrics":
-                await conn.send(200, self.metrics.render().encode(),
-                                "text/plain; version=0.0.4; charset=utf-8")
+                await conn.send(200, self.metrics.render().encode(), "text/plain; version=0.0.4; charset=utf-8")
                 return 200
             if path == "/v1/models":
                 await conn.send(200, dumps(self.models()))
@@ -209,9 +231,16 @@ class Server:
             try:
                 request = json.loads(body or b"{}")
             except ValueError as exc:
-                raise HTTPError(400, request_invalid("json_invalid", ("body", getattr(exc, "pos", 0)),
-                                                     "JSON decode error", {},
-                                                     {"error": getattr(exc, "msg", str(exc))}))
+                raise HTTPError(
+                    400,
+                    request_invalid(
+                        "json_invalid",
+                        ("body", getattr(exc, "pos", 0)),
+                        "JSON decode error",
+                        {},
+                        {"error": getattr(exc, "msg", str(exc))},
+                    ),
+                )
             if not isinstance(request, dict):
                 # vllm 0.15.1's handlers fail on it: Starlette's plain 500 (seen on the real server).
                 await conn.send(500, b"Internal Server Error", "text/plain; charset=utf-8")
@@ -227,25 +256,40 @@ class Server:
     def models(self):
         data = []
         for name in self.served_names:
-            data.append({
-                "id": name, "object": "model", "created": self.created, "owned_by": "vllm",
-                "root": self.args.model, "parent": None, "max_model_len": self.max_model_len,
-                "permission": [{
-                    "id": f"modelperm-{uuid.uuid4().hex}", "object": "model_permission",
-                    "created": self.created, "allow_create_engine": False,
-                    "allow_sampling": True, "allow_logprobs": True,
-                    "allow_search_indices": False, "allow_view": True,
-                    "allow_fine_tuning": False, "organization": "*", "group": None,
-                    "is_blocking": False}],
-            })
+            data.append(
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": self.created,
+                    "owned_by": "vllm",
+                    "root": self.args.model,
+                    "parent": None,
+                    "max_model_len": self.max_model_len,
+                    "permission": [
+                        {
+                            "id": f"modelperm-{uuid.uuid4().hex}",
+                            "object": "model_permission",
+                            "created": self.created,
+                            "allow_create_engine": False,
+                            "allow_sampling": True,
+                            "allow_logprobs": True,
+                            "allow_search_indices": False,
+                            "allow_view": True,
+                            "allow_fine_tuning": False,
+                            "organization": "*",
+                            "group": None,
+                            "is_blocking": False,
+                        }
+                    ],
+                }
+            )
         return {"object": "list", "data": data}
 
     # ---------------------------------------------------------------- generation
     def _check_request(self, request, chat):
         model = request.get("model")
         if model is not None and model not in self.served_names:
-            raise HTTPError(404, error_body(f"The model `{model}` does not exist.",
-                                            "NotFoundError", 404, "model"))
+            raise HTTPError(404, error_body(f"The model `{model}` does not exist.", "NotFoundError", 404, "model"))
         if chat:
             messages = request.get("messages")
             if not isinstance(messages, list) or not messages:
@@ -254,17 +298,24 @@ class Server:
             tools = request.get("tools")
             choice = request.get("tool_choice", "auto" if tools else "none")
             if tools and choice == "auto" and not (self.args.enable_auto_tool_choice and self.args.tool_call_parser):
-                raise HTTPError(400, error_body(
-                    '"auto" tool choice requires --enable-auto-tool-choice and '
-                    "--tool-call-parser to be set"))
+                raise HTTPError(
+                    400,
+                    error_body(
+                        '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+                    ),
+                )
             max_tokens = request.get("max_completion_tokens", request.get("max_tokens"))
         else:
             prompt = request.get("prompt")
             if prompt is None or prompt == "":
                 # CompletionRequest's validator (entrypoints/openai/completion/protocol.py).
                 why = "Either prompt or prompt_embeds must be provided and non-empty."
-                raise HTTPError(400, request_invalid("value_error", ("body",), "Value error, " + why, request,
-                                                     {"error": ValueError(why)}))
+                raise HTTPError(
+                    400,
+                    request_invalid(
+                        "value_error", ("body",), "Value error, " + why, request, {"error": ValueError(why)}
+                    ),
+                )
             if isinstance(prompt, str):
                 prompts = [prompt]
             elif isinstance(prompt, list) and prompt and all(isinstance(x, int) for x in prompt):
@@ -276,12 +327,19 @@ class Server:
             max_tokens = request.get("max_tokens", 16)
             # OpenAIServingCompletion._build_render_config, before the prompt is read.
             if isinstance(max_tokens, int) and max_tokens > self.max_model_len:
-                raise HTTPError(400, invalid(
-                    f"'max_tokens' ({max_tokens}) cannot be greater than the model's maximum context "
-                    f"length ({self.max_model_len}).", "max_tokens", max_tokens))
+                raise HTTPError(
+                    400,
+                    invalid(
+                        f"'max_tokens' ({max_tokens}) cannot be greater than the model's maximum context "
+                        f"length ({self.max_model_len}).",
+                        "max_tokens",
+                        max_tokens,
+                    ),
+                )
         if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
-            raise HTTPError(400, invalid("max_tokens must be at least 1, got %s." % max_tokens, "max_tokens",
-                                         max_tokens))
+            raise HTTPError(
+                400, invalid("max_tokens must be at least 1, got %s." % max_tokens, "max_tokens", max_tokens)
+            )
         n = request.get("n") or 1
         if not isinstance(n, int) or n < 1:
             raise HTTPError(400, error_body("n must be at least 1, got %s." % n))
@@ -306,26 +364,45 @@ class Server:
             # (entrypoints/openai/engine/serving.py), the prompt, then prompt + max_tokens.
             room = self.max_model_len if chat else self.max_model_len - (max_tokens or 0)
             if (count >= room) if chat else (count > room):
-                raise HTTPError(400, invalid(
-                    f"This model's maximum context length is {room} tokens. "
-                    f"However, your request has {count} input tokens. Please reduce the "
-                    "length of the input messages.", "input_tokens", count))
+                raise HTTPError(
+                    400,
+                    invalid(
+                        f"This model's maximum context length is {room} tokens. "
+                        f"However, your request has {count} input tokens. Please reduce the "
+                        "length of the input messages.",
+                        "input_tokens",
+                        count,
+                    ),
+                )
             limit = max_tokens
             if limit is None:
                 limit = self.max_model_len - count
             elif count + limit > self.max_model_len:
-                raise HTTPError(400, invalid(
-                    f"'max_tokens' or 'max_completion_tokens' is too large: {limit}. This "
-                    f"model's maximum context length is {self.max_model_len} tokens and your "
-                    f"request has {count} input tokens ({limit} > {self.max_model_len} - {count}).",
-                    "max_tokens", limit))
+                raise HTTPError(
+                    400,
+                    invalid(
+                        f"'max_tokens' or 'max_completion_tokens' is too large: {limit}. This "
+                        f"model's maximum context length is {self.max_model_len} tokens and your "
+                        f"request has {count} input tokens ({limit} > {self.max_model_len} - {count}).",
+                        "max_tokens",
+                        limit,
+                    ),
+                )
             for j in range(n):
                 text = prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
-                seqs.append(Sequence(rid, p_index * n + j, count, limit,
-                                     f"{text}\x00{j}\x00{request.get('seed', '')}", queue,
-                                     ignore_eos=bool(request.get("ignore_eos")),
-                                     min_tokens=int(request.get("min_tokens") or 0)))
-                seqs[-1].first_of_prompt = (j == 0)
+                seqs.append(
+                    Sequence(
+                        rid,
+                        p_index * n + j,
+                        count,
+                        limit,
+                        f"{text}\x00{j}\x00{request.get('seed', '')}",
+                        queue,
+                        ignore_eos=bool(request.get("ignore_eos")),
+                        min_tokens=int(request.get("min_tokens") or 0),
+                    )
+                )
+                seqs[-1].first_of_prompt = j == 0
         for seq in seqs:
             self.engine.add(seq)
         if self.args.enable_log_requests:
@@ -334,8 +411,7 @@ class Server:
         include_usage, continuous = self.stream_usage(request.get("stream_options"))
         try:
             if stream:
-                return await self._stream(conn, seqs, queue, rid, model, created, chat, include_usage,
-                                          continuous)
+                return await self._stream(conn, seqs, queue, rid, model, created, chat, include_usage, continuous)
             return await self._complete(conn, seqs, queue, rid, model, created, chat)
         finally:
             for seq in seqs:
@@ -362,25 +438,53 @@ class Server:
         for s in sorted(seqs, key=lambda s: s.index):
             text = "".join(texts[s.index])
             if chat:
-                choices.append({
-                    "index": s.index,
-                    "message": {"role": self.args.response_role or "assistant", "content": text,
-                                "refusal": None, "annotations": None, "audio": None,
-                                "function_call": None, "tool_calls": [],
-                                # ChatMessage: reasoning, and reasoning_content (deprecated) a copy
-                                "reasoning": None, "reasoning_content": None},
-                    "logprobs": None, "finish_reason": reasons[s.index], "stop_reason": None,
-                    "token_ids": None})
+                choices.append(
+                    {
+                        "index": s.index,
+                        "message": {
+                            "role": self.args.response_role or "assistant",
+                            "content": text,
+                            "refusal": None,
+                            "annotations": None,
+                            "audio": None,
+                            "function_call": None,
+                            "tool_calls": [],
+                            # ChatMessage: reasoning, and reasoning_content (deprecated) a copy
+                            "reasoning": None,
+                            "reasoning_content": None,
+                        },
+                        "logprobs": None,
+                        "finish_reason": reasons[s.index],
+                        "stop_reason": None,
+                        "token_ids": None,
+                    }
+                )
             else:
-                choices.append({"index": s.index, "text": text, "logprobs": None,
-                                "finish_reason": reasons[s.index], "stop_reason": None,
-                                "token_ids": None, "prompt_logprobs": None,
-                                "prompt_token_ids": None})
-        body = {"id": rid, "object": "chat.completion" if chat else "text_completion",
-                "created": created, "model": model, "choices": choices,
-                "service_tier": None, "system_fingerprint": None,
-                "usage": self.usage(seqs), "prompt_logprobs": None,
-                "prompt_token_ids": None, "kv_transfer_params": None}
+                choices.append(
+                    {
+                        "index": s.index,
+                        "text": text,
+                        "logprobs": None,
+                        "finish_reason": reasons[s.index],
+                        "stop_reason": None,
+                        "token_ids": None,
+                        "prompt_logprobs": None,
+                        "prompt_token_ids": None,
+                    }
+                )
+        body = {
+            "id": rid,
+            "object": "chat.completion" if chat else "text_completion",
+            "created": created,
+            "model": model,
+            "choices": choices,
+            "service_tier": None,
+            "system_fingerprint": None,
+            "usage": self.usage(seqs),
+            "prompt_logprobs": None,
+            "prompt_token_ids": None,
+            "kv_transfer_params": None,
+        }
         if not chat:
             for key in ("prompt_logprobs", "prompt_token_ids"):
                 body.pop(key)
@@ -392,8 +496,12 @@ class Server:
         prompt = sum(s.prompt_tokens for s in seqs if s.first_of_prompt)
         if completion is None:
             completion = sum(s.generated for s in seqs)
-        return {"prompt_tokens": prompt, "total_tokens": prompt + completion,
-                "completion_tokens": completion, "prompt_tokens_details": None}
+        return {
+            "prompt_tokens": prompt,
+            "total_tokens": prompt + completion,
+            "completion_tokens": completion,
+            "prompt_tokens_details": None,
+        }
 
     def stream_usage(self, opts):
         """(include_usage, continuous_usage_stats) of a streamed request, as vllm 0.15.1's
@@ -407,8 +515,7 @@ class Server:
             return include, include and bool(opts.get("continuous_usage_stats", False))
         return force, False
 
-    async def _stream(self, conn, seqs, queue, rid, model, created, chat, include_usage,
-                      continuous=False) -> int:
+    async def _stream(self, conn, seqs, queue, rid, model, created, chat, include_usage, continuous=False) -> int:
         """vllm 0.15.1's completion_stream_generator / chat_completion_stream_generator, as
         they serialise: a completions chunk is dumped whole (exclude_unset=False: every
         choice field, and "usage": null unless continuous usage fills it), a chat chunk only
@@ -422,15 +529,13 @@ class Server:
 
         def running_usage(index, completion):
             prompt = by_index[index].prompt_tokens
-            usage = {"prompt_tokens": prompt, "total_tokens": prompt + completion,
-                     "completion_tokens": completion}
+            usage = {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}
             if not chat:
                 usage["prompt_tokens_details"] = None
             return usage
 
         def chunk(choices, usage=None, first=False):
-            body = {"id": rid, "object": obj, "created": created, "model": model,
-                    "choices": choices}
+            body = {"id": rid, "object": obj, "created": created, "model": model, "choices": choices}
             if usage is not None or not chat:
                 body["usage"] = usage
             if chat and first:
@@ -441,11 +546,24 @@ class Server:
         await conn.start_stream()
         if chat:
             for s in seqs:
-                await conn.chunk(chunk([{"index": s.index,
-                                         "delta": {"role": self.args.response_role or "assistant",
-                                                   "content": "", "reasoning_content": None},
-                                         "logprobs": None, "finish_reason": None}],
-                                       running_usage(s.index, 0) if continuous else None, first=True))
+                await conn.chunk(
+                    chunk(
+                        [
+                            {
+                                "index": s.index,
+                                "delta": {
+                                    "role": self.args.response_role or "assistant",
+                                    "content": "",
+                                    "reasoning_content": None,
+                                },
+                                "logprobs": None,
+                                "finish_reason": None,
+                            }
+                        ],
+                        running_usage(s.index, 0) if continuous else None,
+                        first=True,
+                    )
+                )
         done = 0
         while done < len(seqs):
             index, text, reason = await queue.get()
@@ -464,15 +582,20 @@ class Server:
                 # return_token_ids) on every choice after the role chunk.
                 delta = {"content": text} if text is not None else {}
                 delta["reasoning_content"] = None
-                choice = {"index": index, "delta": delta, "logprobs": None,
-                          "finish_reason": reason}
+                choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": reason}
                 if reason:
                     choice["stop_reason"] = None
                 choice["token_ids"] = None
             else:
-                choice = {"index": index, "text": text or "", "logprobs": None,
-                          "finish_reason": reason, "stop_reason": None,
-                          "prompt_token_ids": None, "token_ids": None}
+                choice = {
+                    "index": index,
+                    "text": text or "",
+                    "logprobs": None,
+                    "finish_reason": reason,
+                    "stop_reason": None,
+                    "prompt_token_ids": None,
+                    "token_ids": None,
+                }
             await conn.chunk(chunk([choice], running_usage(index, streamed[index]) if continuous else None))
         if include_usage:
             final = self.usage(seqs, sum(streamed.values()))
@@ -495,8 +618,13 @@ class Server:
                     "Engine 000: Avg prompt throughput: %.1f tokens/s, Avg generation "
                     "throughput: %.1f tokens/s, Running: %d reqs, Waiting: %d reqs, GPU KV "
                     "cache usage: %.1f%%, Prefix cache hit rate: %.1f%%",
-                    dp / (now - last), dg / (now - last), m.running, m.waiting,
-                    m.kv * 100, 0.0)
+                    dp / (now - last),
+                    dg / (now - last),
+                    m.running,
+                    m.waiting,
+                    m.kv * 100,
+                    0.0,
+                )
             last_prompt, last_gen, last = m.prompt_tokens, m.generation_tokens, now
 
 
@@ -518,10 +646,8 @@ def profile_run(config) -> None:
     except Exception as exc:
         logger.error("EngineCore failed to start.")
         logger.error("%s: %s", type(exc).__name__, exc)
-        raise RuntimeError("Engine core initialization failed. See root cause above. "
-                           "Failed core proc(s): {}") from exc
-    logger.info("Profile run: %d custom ops, image processor max_pixels=%s",
-                ops, info.get("max_pixels"))
+        raise RuntimeError("Engine core initialization failed. See root cause above. Failed core proc(s): {}") from exc
+    logger.info("Profile run: %d custom ops, image processor max_pixels=%s", ops, info.get("max_pixels"))
 
 
 def non_default_args(args) -> dict:
@@ -546,8 +672,7 @@ def create_server_socket(host, port) -> socket.socket:
 
 async def run_server(args) -> None:
     logger.info("vLLM server version %s, serving model %s", VLLM_VERSION, args.model)
-    logger.info("non-default args: %s", {k: v for k, v in non_default_args(args).items()
-                                          if k != "api_key"})
+    logger.info("non-default args: %s", {k: v for k, v in non_default_args(args).items() if k != "api_key"})
     validate_api_server_args(args)
     sock = create_server_socket(args.host, args.port)
     sock.setblocking(False)
@@ -564,12 +689,14 @@ async def run_server(args) -> None:
     max_model_len = model_check.check_config(args, config)
     logger.info("Using max model len %d", max_model_len)
     devices = model_check.check_devices(args, platform)
-    logger.info("Chunked prefill is enabled with max_num_batched_tokens=%d.",
-                args.max_num_batched_tokens or 8192)
+    logger.info("Chunked prefill is enabled with max_num_batched_tokens=%d.", args.max_num_batched_tokens or 8192)
     if args.enable_prefix_caching is not False:
         logger.info("Prefix caching is enabled (mamba_cache_mode=align).")
-    logger.info("world_size=%d rank=0 local_rank=0 distributed_init_method=env:// backend=nccl "
-                "(%d devices visible)", args.tensor_parallel_size or 1, devices)
+    logger.info(
+        "world_size=%d rank=0 local_rank=0 distributed_init_method=env:// backend=nccl (%d devices visible)",
+        args.tensor_parallel_size or 1,
+        devices,
+    )
     tokenizer = model_check.Tokenizer(model_dir)
 
     load_seconds = env_float("KUNLUN_SIM_LOAD_SECONDS", 20.0)
@@ -579,8 +706,11 @@ async def run_server(args) -> None:
     for index in range(len(shards)):
         await asyncio.sleep(load_seconds / max(len(shards), 1) * 0.85)
     logger.info("Loading weights took %.2f seconds", time.monotonic() - start)
-    logger.info("Model loading took %.4f GiB memory and %.6f seconds",
-                31.0 / max(args.tensor_parallel_size or 1, 1), time.monotonic() - start)
+    logger.info(
+        "Model loading took %.4f GiB memory and %.6f seconds",
+        31.0 / max(args.tensor_parallel_size or 1, 1),
+        time.monotonic() - start,
+    )
     await asyncio.sleep(load_seconds * 0.15)
     if platform is not None:
         profile_run(config)
@@ -588,16 +718,16 @@ async def run_server(args) -> None:
     logger.info("Device memory: %s", memory.describe())
     if memory.max_running() < 1:
         # vllm's words when the memory left after the profile run holds no cache block.
-        raise ValueError("No available memory for the cache blocks. Try increasing "
-                         "`gpu_memory_utilization` when initializing the engine.")
+        raise ValueError(
+            "No available memory for the cache blocks. Try increasing "
+            "`gpu_memory_utilization` when initializing the engine."
+        )
     kv = model_check.kv_cache_gib(args)
     kv_tokens = int(kv * 2**30 / 65536)
     logger.info("Available KV cache memory: %.2f GiB", kv)
     logger.info("GPU KV cache size: %s tokens", f"{kv_tokens:,}")
-    logger.info("Maximum concurrency for %s tokens per request: %.2fx",
-                f"{max_model_len:,}", kv_tokens / max_model_len)
-    logger.info("init engine (profile, create kv cache, warmup model) took %.2f seconds",
-                time.monotonic() - start)
+    logger.info("Maximum concurrency for %s tokens per request: %.2fx", f"{max_model_len:,}", kv_tokens / max_model_len)
+    logger.info("init engine (profile, create kv cache, warmup model) took %.2f seconds", time.monotonic() - start)
 
     server = Server(args, model_dir, config, max_model_len, tokenizer)
     engine_task = asyncio.ensure_future(server.engine.run())

@@ -6,6 +6,7 @@ parser that behaves like vllm's FlexibleArgumentParser: `--max_model_len` is acc
 as `--max-model-len`, `--flag=value` works, unknown flags are an argparse error (exit 2),
 deprecated flags log a warning.
 """
+
 import argparse
 import json
 import re
@@ -49,16 +50,57 @@ HUMAN_INT = {"--max-model-len", "--max-num-batched-tokens"}
 
 # Registered parsers in vllm 0.15.1 (vllm/tool_parsers/__init__.py, vllm/reasoning/__init__.py).
 TOOL_PARSERS = [
-    "deepseek_v3", "deepseek_v31", "deepseek_v32", "ernie45", "glm45", "glm47",
-    "granite-20b-fc", "granite", "hermes", "hunyuan_a13b", "internlm", "jamba",
-    "kimi_k2", "llama3_json", "llama4_json", "llama4_pythonic", "longcat", "minimax_m2",
-    "minimax", "mistral", "olmo3", "openai", "phi4_mini_json", "pythonic", "qwen3_coder",
-    "qwen3_xml", "seed_oss", "step3", "step3p5", "xlam", "gigachat3", "functiongemma",
+    "deepseek_v3",
+    "deepseek_v31",
+    "deepseek_v32",
+    "ernie45",
+    "glm45",
+    "glm47",
+    "granite-20b-fc",
+    "granite",
+    "hermes",
+    "hunyuan_a13b",
+    "internlm",
+    "jamba",
+    "kimi_k2",
+    "llama3_json",
+    "llama4_json",
+    "llama4_pythonic",
+    "longcat",
+    "minimax_m2",
+    "minimax",
+    "mistral",
+    "olmo3",
+    "openai",
+    "phi4_mini_json",
+    "pythonic",
+    "qwen3_coder",
+    "qwen3_xml",
+    "seed_oss",
+    "step3",
+    "step3p5",
+    "xlam",
+    "gigachat3",
+    "functiongemma",
 ]
 REASONING_PARSERS = [
-    "deepseek_r1", "deepseek_v3", "ernie45", "glm45", "openai_gptoss", "granite", "holo2",
-    "hunyuan_a13b", "kimi_k2", "minimax_m2", "minimax_m2_append_think", "mistral",
-    "olmo3", "qwen3", "seed_oss", "step3", "step3p5",
+    "deepseek_r1",
+    "deepseek_v3",
+    "ernie45",
+    "glm45",
+    "openai_gptoss",
+    "granite",
+    "holo2",
+    "hunyuan_a13b",
+    "kimi_k2",
+    "minimax_m2",
+    "minimax_m2_append_think",
+    "mistral",
+    "olmo3",
+    "qwen3",
+    "seed_oss",
+    "step3",
+    "step3p5",
 ]
 
 
@@ -75,7 +117,8 @@ def human_readable_int(value: str) -> int:
         if "." in number:
             raise argparse.ArgumentTypeError(
                 f"Decimals are not allowed with binary suffixes like {suffix}. Did you mean to use "
-                f"{number}{suffix.lower()} instead?")
+                f"{number}{suffix.lower()} instead?"
+            )
         return int(number) * binary[suffix]
     return int(value)
 
@@ -107,22 +150,21 @@ class FlexibleArgumentParser(argparse.ArgumentParser):
                     key = re.sub(r"(?<=--)[^\.]*", lambda m: m.group(0).replace("_", "-"), key)
                     processed.append(f"{key}={value}")
                 else:
-                    processed.append(re.sub(r"(?<=--)[^\.]*",
-                                            lambda m: m.group(0).replace("_", "-"), arg))
+                    processed.append(re.sub(r"(?<=--)[^\.]*", lambda m: m.group(0).replace("_", "-"), arg))
             else:
                 processed.append(arg)
         namespace = super().parse_args(processed, namespace)
         for flag in sorted(self._deprecated):
             dest = flag[2:].replace("-", "_")
-            if any(a == flag or a.startswith(flag + "=") or a == "--no-" + flag[2:]
-                   for a in processed):
+            if any(a == flag or a.startswith(flag + "=") or a == "--no-" + flag[2:] for a in processed):
                 logger.warning("argument '%s' is deprecated", dest)
         return namespace
 
 
 def make_arg_parser(parser: FlexibleArgumentParser) -> FlexibleArgumentParser:
-    parser.add_argument("model_tag", type=str, nargs="?",
-                        help="The model tag to serve (optional if specified in config)")
+    parser.add_argument(
+        "model_tag", type=str, nargs="?", help="The model tag to serve (optional if specified in config)"
+    )
     for flag in sorted(FLAGS):
         kind, choices, aliases, extra = FLAGS[flag]
         if not flag.startswith("--"):
@@ -171,8 +213,8 @@ def validate_parsed_serve_args(args: argparse.Namespace) -> None:
 
 def validate_api_server_args(args: argparse.Namespace) -> None:
     if args.enable_auto_tool_choice and args.tool_call_parser not in TOOL_PARSERS:
-        raise KeyError(f"invalid tool call parser: {args.tool_call_parser} "
-                       f"(chose from {{ {','.join(TOOL_PARSERS)} }})")
+        raise KeyError(f"invalid tool call parser: {args.tool_call_parser} (chose from {{ {','.join(TOOL_PARSERS)} }})")
     if args.reasoning_parser and args.reasoning_parser not in REASONING_PARSERS:
-        raise KeyError(f"invalid reasoning parser: {args.reasoning_parser} "
-                       f"(chose from {{ {','.join(REASONING_PARSERS)} }})")
+        raise KeyError(
+            f"invalid reasoning parser: {args.reasoning_parser} (chose from {{ {','.join(REASONING_PARSERS)} }})"
+        )

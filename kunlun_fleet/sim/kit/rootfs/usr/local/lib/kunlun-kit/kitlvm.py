@@ -166,8 +166,7 @@ def attach(backing, offset, size, tag):
                     break
                 time.sleep(0.02)
             node = loop_node(name)
-            info = INFO64.pack(0, 0, 0, offset, size, 0, 0, 0, 0,
-                               tag.encode()[:63], b"", b"", 0, 0)
+            info = INFO64.pack(0, 0, 0, offset, size, 0, 0, 0, 0, tag.encode()[:63], b"", b"", 0, 0)
             config = struct.pack("<II", backing_fd, 0) + info + b"\0" * 64
             lfd = os.open(node, os.O_RDWR)
             try:
@@ -242,8 +241,7 @@ def mounts_of(name):
 
 # ---------------------------------------------------------------- LVM metadata
 def lvm(*args, check=True):
-    proc = subprocess.run([LVM] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True)
+    proc = subprocess.run([LVM] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
     if check and proc.returncode != 0:
         raise KitError("lvm %s failed: %s" % (" ".join(args), quiet_stderr(proc.stderr).strip()))
     return proc.stdout
@@ -252,21 +250,32 @@ def lvm(*args, check=True):
 def lv_table():
     """{lv_uuid: {vg, lv, attr, offset, size, pv}} of every LV LVM knows here."""
     pvs = {}
-    for line in lvm("pvs", "--noheadings", "--units", "b", "--nosuffix", "--separator", "|",
-                    "-o", "pv_name,pe_start").splitlines():
+    for line in lvm(
+        "pvs", "--noheadings", "--units", "b", "--nosuffix", "--separator", "|", "-o", "pv_name,pe_start"
+    ).splitlines():
         if line.strip():
             name, pe_start = line.strip().split("|")
             pvs[name] = int(pe_start)
     lvs = {}
-    for line in lvm("lvs", "-a", "--segments", "--noheadings", "--units", "b", "--nosuffix",
-                    "--separator", "|", "-o",
-                    "vg_name,lv_name,lv_uuid,lv_attr,vg_extent_size,seg_start_pe,seg_size_pe,segtype,devices"
-                    ).splitlines():
+    for line in lvm(
+        "lvs",
+        "-a",
+        "--segments",
+        "--noheadings",
+        "--units",
+        "b",
+        "--nosuffix",
+        "--separator",
+        "|",
+        "-o",
+        "vg_name,lv_name,lv_uuid,lv_attr,vg_extent_size,seg_start_pe,seg_size_pe,segtype,devices",
+    ).splitlines():
         if not line.strip():
             continue
         vg, lv, uuid, attr, ext, seg_start, seg_size, segtype, devices = line.strip().split("|")
-        entry = lvs.setdefault(uuid, {"vg": vg, "lv": lv, "uuid": uuid, "attr": attr,
-                                      "ext": int(ext), "segs": [], "error": None})
+        entry = lvs.setdefault(
+            uuid, {"vg": vg, "lv": lv, "uuid": uuid, "attr": attr, "ext": int(ext), "segs": [], "error": None}
+        )
         match = re.match(r"^(.*)\((\d+)\)$", devices)
         if segtype not in ("linear", "striped") or not match or "," in devices:
             entry["error"] = "segment type %s on %s" % (segtype, devices or "no device")
@@ -337,8 +346,10 @@ def remove_stale_links(active):
 def activate(entry, loops):
     """Make the LV's loop exist with the right geometry; return (loopN, created)."""
     if entry["error"]:
-        raise KitError("cannot activate %s/%s: %s (the sim kit maps linear LVs whose extents "
-                       "are contiguous on one PV)" % (entry["vg"], entry["lv"], entry["error"]))
+        raise KitError(
+            "cannot activate %s/%s: %s (the sim kit maps linear LVs whose extents "
+            "are contiguous on one PV)" % (entry["vg"], entry["lv"], entry["error"])
+        )
     tag = tag_for(entry["uuid"])
     name = loops.get(tag)
     created = False
@@ -477,15 +488,61 @@ def split_resizefs(args):
 
 def positional(args):
     """Rough positional args (VG, VG/LV, /dev/VG/LV) for commands whose options we know."""
-    takes_value = {"-n", "--name", "-L", "--size", "-l", "--extents", "-s", "--snapshot",
-                   "-i", "--stripes", "-I", "--stripesize", "--type", "-m", "--mirrors",
-                   "--config", "--alloc", "-C", "--contiguous", "-p", "--permission",
-                   "-r", "--readahead", "-M", "--persistent", "--major", "--minor",
-                   "--addtag", "--deltag", "-S", "--select", "--setactivationskip",
-                   "-k", "--setautoactivation", "--profile", "--metadataprofile",
-                   "--poolmetadatasize", "-T", "--thin", "-V", "--virtualsize", "-c",
-                   "--chunksize", "--reportformat", "-o", "--options", "-O", "--sort",
-                   "--separator", "--units", "--cachemode", "--discards", "--errorwhenfull"}
+    takes_value = {
+        "-n",
+        "--name",
+        "-L",
+        "--size",
+        "-l",
+        "--extents",
+        "-s",
+        "--snapshot",
+        "-i",
+        "--stripes",
+        "-I",
+        "--stripesize",
+        "--type",
+        "-m",
+        "--mirrors",
+        "--config",
+        "--alloc",
+        "-C",
+        "--contiguous",
+        "-p",
+        "--permission",
+        "-r",
+        "--readahead",
+        "-M",
+        "--persistent",
+        "--major",
+        "--minor",
+        "--addtag",
+        "--deltag",
+        "-S",
+        "--select",
+        "--setactivationskip",
+        "-k",
+        "--setautoactivation",
+        "--profile",
+        "--metadataprofile",
+        "--poolmetadatasize",
+        "-T",
+        "--thin",
+        "-V",
+        "--virtualsize",
+        "-c",
+        "--chunksize",
+        "--reportformat",
+        "-o",
+        "--options",
+        "-O",
+        "--sort",
+        "--separator",
+        "--units",
+        "--cachemode",
+        "--discards",
+        "--errorwhenfull",
+    }
     out, skip = [], False
     for arg in args:
         if skip:
@@ -507,11 +564,11 @@ def select_uuids(table, names):
     for name in names:
         name = name.rstrip("/")
         if name.startswith("/dev/mapper/"):
-            base = name[len("/dev/mapper/"):]
+            base = name[len("/dev/mapper/") :]
             parts = [p.replace("\0", "-") for p in base.replace("--", "\0").split("-", 1)]
             name = "/".join(parts)
         elif name.startswith("/dev/"):
-            name = name[len("/dev/"):]
+            name = name[len("/dev/") :]
         for uuid, entry in table.items():
             if name in (entry["vg"], "%s/%s" % (entry["vg"], entry["lv"])):
                 chosen.add(uuid)
@@ -557,8 +614,9 @@ def report(cmd, args):
         elif arg.startswith("--separator="):
             sep = arg.split("=", 1)[1]
     extra = ["-o", "+lv_attr,lv_uuid"]
-    proc = subprocess.run([LVM, cmd] + args + extra, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, universal_newlines=True)
+    proc = subprocess.run(
+        [LVM, cmd] + args + extra, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True
+    )
     if proc.returncode != 0:
         # Fall back to the plain report so the caller sees LVM's own error.
         return run_real(cmd, args)
@@ -586,38 +644,43 @@ def report(cmd, args):
         if prefixes:
             m = re.search(r"\s*LVM2_LV_ATTR='([^']*)'\s+LVM2_LV_UUID='([^']*)'\s*$", line)
             if m:
-                base = line[:m.start()]
+                base = line[: m.start()]
                 new = _fix_attr(m.group(1), m.group(2), active, opened)
                 line = base.replace("LVM2_LV_ATTR='%s'" % m.group(1), "LVM2_LV_ATTR='%s'" % new, 1)
             lines.append(line)
             continue
         s_ = " " if sep is None else sep
-        tail = line[-(38 + 10 + 2 * len(s_)):] if len(line) >= 48 + 2 * len(s_) else ""
+        tail = line[-(38 + 10 + 2 * len(s_)) :] if len(line) >= 48 + 2 * len(s_) else ""
         m = re.match(r"^%s(\S{10})%s(\S{38})$" % (re.escape(s_), re.escape(s_)), tail) if tail else None
         if m and UUID_RE.match(m.group(2)):
             attr, uuid = m.group(1), m.group(2)
-            body = line[:-len(tail)]
+            body = line[: -len(tail)]
             new = _fix_attr(attr, uuid, active, opened)
             if new != attr:
-                body = re.sub(r"(^|%s|\s)%s(?=%s|\s|$)" % (re.escape(s_), re.escape(attr), re.escape(s_)),
-                              lambda mm: mm.group(1) + new, body, count=1)
+                body = re.sub(
+                    r"(^|%s|\s)%s(?=%s|\s|$)" % (re.escape(s_), re.escape(attr), re.escape(s_)),
+                    lambda mm: mm.group(1) + new,
+                    body,
+                    count=1,
+                )
             line = body
         else:
             # Heading line: cut "Attr" and "LV UUID" (padded to 10 and 38 when aligned).
             aligned = " Attr" + " " * 6 + " LV UUID" + " " * 31
             plain = "%sAttr%sLV UUID" % (s_, s_)
             if sep is None and line.endswith(aligned):
-                line = line[:-len(aligned)]
+                line = line[: -len(aligned)]
             elif line.endswith(plain):
-                line = line[:-len(plain)]
+                line = line[: -len(plain)]
         lines.append(line)
     sys.stdout.write("\n".join(lines) + ("\n" if lines else ""))
     return 0
 
 
 def lvdisplay(args):
-    proc = subprocess.run([LVM, "lvdisplay"] + args, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, universal_newlines=True)
+    proc = subprocess.run(
+        [LVM, "lvdisplay"] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True
+    )
     sys.stderr.write(quiet_stderr(proc.stderr))
     if proc.returncode != 0 or "-c" in args or "--colon" in args:
         sys.stdout.write(proc.stdout)
@@ -644,14 +707,17 @@ def lvdisplay(args):
 # ---------------------------------------------------------------- commands
 # Warnings LVM prints only because the kit runs it with activation disabled (the kit does
 # the activation and the zeroing): a real host never shows them, so neither do we.
-NOISE = re.compile(r"^\s*WARNING: (Activation disabled\. No device-mapper interaction will be "
-                   r"attempted\.|Logical volume \S+ not zeroed\.)\s*$")
+NOISE = re.compile(
+    r"^\s*WARNING: (Activation disabled\. No device-mapper interaction will be "
+    r"attempted\.|Logical volume \S+ not zeroed\.)\s*$"
+)
 
 
 def run_real(cmd, args):
     """Run the real LVM command with its stderr filtered of the kit's noise; prompts (a
     partial line with no newline) are passed through as soon as LVM stops writing."""
     import select
+
     proc = subprocess.Popen([LVM, cmd] + args, stderr=subprocess.PIPE)
     fd = proc.stderr.fileno()
     buf = b""
@@ -687,8 +753,9 @@ def quiet_stderr(text):
 def cmd_lvcreate(args):
     activation, rest = split_activation(args)
     zero, wipe_sig, rest = split_zero(rest)
-    if any(a in rest for a in ("-T", "--thin", "--thinpool", "-s", "--snapshot")) or \
-            any(a.startswith(("--type=thin", "--type=snapshot", "--type=cache")) for a in rest):
+    if any(a in rest for a in ("-T", "--thin", "--thinpool", "-s", "--snapshot")) or any(
+        a.startswith(("--type=thin", "--type=snapshot", "--type=cache")) for a in rest
+    ):
         err("the sim kit maps linear LVs only (no thin pools or snapshots without device-mapper)")
         return 5
     with Lock():
@@ -728,8 +795,9 @@ def cmd_resize(cmd, args):
                 err("the sim kit cannot shrink a filesystem (--resizefs on reduce)")
                 return 5
             mounts = mounts_of(name)
-            fstype = subprocess.run(["blkid", "-o", "value", "-s", "TYPE", "/dev/" + name],
-                                    stdout=subprocess.PIPE, universal_newlines=True).stdout.strip()
+            fstype = subprocess.run(
+                ["blkid", "-o", "value", "-s", "TYPE", "/dev/" + name], stdout=subprocess.PIPE, universal_newlines=True
+            ).stdout.strip()
             if fstype == "xfs" and mounts:
                 rc = subprocess.run(["xfs_growfs", mounts[0]]).returncode
             elif fstype.startswith("ext"):
@@ -746,9 +814,28 @@ def cmd_change(cmd, args):
     activation, rest = split_activation(args)
     # Options that change nothing by themselves: with only these besides -a, the real
     # command has nothing left to do (LVM would reject it).
-    neutral = {"-q", "--quiet", "-v", "--verbose", "-y", "--yes", "-f", "--force", "-d", "--debug",
-               "-K", "--ignoreactivationskip", "--noudevsync", "--ignoremonitoring", "--sysinit",
-               "--ignorelockingfailure", "--nolocking", "-P", "--partial", "--activationmode"}
+    neutral = {
+        "-q",
+        "--quiet",
+        "-v",
+        "--verbose",
+        "-y",
+        "--yes",
+        "-f",
+        "--force",
+        "-d",
+        "--debug",
+        "-K",
+        "--ignoreactivationskip",
+        "--noudevsync",
+        "--ignoremonitoring",
+        "--sysinit",
+        "--ignorelockingfailure",
+        "--nolocking",
+        "-P",
+        "--partial",
+        "--activationmode",
+    }
     changes = []
     skip = False
     for i, arg in enumerate(rest):
@@ -825,10 +912,14 @@ def cmd_boot():
         if not name:
             continue
         node = "/dev/" + name
-        keys = {node, "/dev/%s/%s" % (entry["vg"], entry["lv"]),
-                "/dev/mapper/%s" % mapper_name(entry["vg"], entry["lv"])}
-        probe = subprocess.run(["blkid", "-p", "-o", "export", node], stdout=subprocess.PIPE,
-                               universal_newlines=True).stdout
+        keys = {
+            node,
+            "/dev/%s/%s" % (entry["vg"], entry["lv"]),
+            "/dev/mapper/%s" % mapper_name(entry["vg"], entry["lv"]),
+        }
+        probe = subprocess.run(
+            ["blkid", "-p", "-o", "export", node], stdout=subprocess.PIPE, universal_newlines=True
+        ).stdout
         for line in probe.splitlines():
             key, _, value = line.partition("=")
             if key in ("UUID", "LABEL", "PARTUUID"):
