@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # What the test suites need on the controller (a Debian 12 machine, as root), installed
-# here so that no suite skips for lack of it. The sim fleet's own needs (docker.io,
-# debootstrap) are installed by `kunlun-fleet sim-up`; tests/suites.py checks the rest
+# here so that no suite skips for lack of it. The sim fleet's engine (docker.io) is
+# installed by `kunlun-fleet sim-up`; debootstrap too, but the fast tier's bundle tests
+# read its minbase list on the controller from the run's first minute, beside sim-up (a
+# new machine failed them before sim-up had run), so it is here as well. tests/suites.py checks the rest
 # before it runs anything and says what is missing. gnupg: the signed apt repository of the
 # engine's docker-repo test. chromium: the bench report's page check
 # (tests/bench/test_bench_page.py opens report.html headless and screenshots it).
 set -euo pipefail
-want=(xfsprogs rsync acl attr util-linux e2fsprogs kmod chromium gnupg)
+want=(xfsprogs rsync acl attr util-linux e2fsprogs kmod chromium gnupg debootstrap)
 missing=()
 for pkg in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")

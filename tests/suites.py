@@ -318,6 +318,7 @@ def machine_problems():
         ("setfacl", "acl"),
         ("getfattr", "attr"),
         ("mkfs.ext4", "e2fsprogs"),
+        ("debootstrap", "debootstrap"),
     ):
         if not shutil.which(tool):
             problems.append("no %s: apt-get install %s" % (tool, package))
@@ -375,6 +376,91 @@ def machine_cpu():
     with open("/proc/stat") as fh:
         fields = [int(v) for v in fh.readline().split()[1:]]
     return (sum(fields) - fields[3] - fields[4]) / ticks, sum(fields) / ticks
+
+
+class SimHostCpu:
+    """Where the CPU the suites' own processes do not account for goes: the sim hosts. Each
+    container of the sim fleet's engine has a cpuacct cgroup (cgroup v1, the engine's
+    cgroupfs driver: <root>/<container id>); a sampler thread reads every container's
+    usage every few seconds and keeps the last value seen per container, summed per host
+    name at the end (a reset makes a new container for the same host; what a removed
+    container used after its last sample is lost: a few seconds at most). The engine
+    group's own counter (every container, removed ones included) is the exact total."""
+
+    def __init__(self, root="/sys/fs/cgroup/cpuacct/docker", every=5.0):
+        self.root, self.every = root, every
+        self.last, self.names = {}, {}
+        self.stop = threading.Event()
+        # No group yet: the engine starts during the run (sim-kit), so all it counts is the run's.
+        self.start_total = self._read(os.path.join(root, "cpuacct.usage")) or 0
+        self.thread = threading.Thread(target=self._loop, name="sim-host-cpu", daemon=True)
+
+    @staticmethod
+    def _read(path):
+        try:
+            with open(path) as fh:
+                return int(fh.read().strip())
+        except (OSError, ValueError):
+            return None
+
+    def _names(self):
+        sys.path.insert(0, str(ROOT))
+        from kunlun_fleet.sim.engine import docker
+
+        try:
+            proc = docker("ps", "-a", "--no-trunc", "--format", "{{.ID}} {{.Names}}", check=False, timeout=30)
+        except Exception:  # no engine yet (sim-kit starts it): asked again next time
+            return
+        for line in (proc.stdout or "").splitlines():
+            cid, _, name = line.partition(" ")
+            self.names[cid] = name
+
+    def _loop(self):
+        while not self.stop.wait(self.every):
+            try:
+                ids = [d for d in os.listdir(self.root) if len(d) == 64]
+            except OSError:
+                continue
+            for cid in ids:
+                used = self._read(os.path.join(self.root, cid, "cpuacct.usage"))
+                if used is not None:
+                    self.last[cid] = used
+            if any(cid not in self.names for cid in ids):
+                self._names()
+
+    def start(self):
+        if os.path.isdir(os.path.dirname(self.root)):
+            self.thread.start()
+        return self
+
+    def finish(self):
+        """(total CPU s of every container since start or None, {host name: CPU s})."""
+        self.stop.set()
+        if not self.thread.is_alive() and not self.last:
+            return None, {}
+        self.thread.join(timeout=60)
+        end = self._read(os.path.join(self.root, "cpuacct.usage"))
+        per = {}
+        for cid, used in self.last.items():
+            name = self.names.get(cid, "container " + cid[:12])
+            per[name] = per.get(name, 0.0) + used / 1e9
+        total = None if end is None else (end - self.start_total) / 1e9
+        return total, per
+
+
+def print_sim_cpu(total, per, suites_cpu, machine_busy):
+    """The sim hosts' CPU beside the suites' own and the whole machine's busy seconds."""
+    if total is None:
+        print("\nsim hosts' CPU: not measured (no cpuacct group of the sim engine on this machine)")
+        return
+    print(
+        "\n=== CPU seconds: the whole machine %.0f; the suites' own processes %.0f; the sim hosts "
+        "(containers) %.0f; the rest (the engines' daemons, the kernel, what no suite waited for) %.0f ==="
+        % (machine_busy, suites_cpu, total, machine_busy - suites_cpu - total)
+    )
+    for name, used in sorted(per.items(), key=lambda kv: -kv[1]):
+        if used >= 1:
+            print("  %-24s %6.0f s" % (name, used))
 
 
 # The background lanes' processes run in a CPU cgroup of their own, at the weight of one
@@ -667,6 +753,7 @@ def main(argv=None):
         return 100.0 * (busy - mark[0]) / max(all_ - mark[1], 1e-9)
 
     run_start = machine_cpu()
+    sim_cpu = SimHostCpu().start()
     background = [s for s in BACKGROUND if wanted is None or s.name in wanted]
     if background:
         log("beside the phases: lanes %s" % ", ".join(sorted({s.lane for s in background})))
@@ -690,6 +777,8 @@ def main(argv=None):
     total = time.monotonic() - started
     spans.append(("the whole run", total, busy_since(run_start)))
     report(ran, spans, total, recorded)
+    sim_total, sim_per = sim_cpu.finish()
+    print_sim_cpu(sim_total, sim_per, sum(s.result.get("cpu", 0) for s in ran), machine_cpu()[0] - run_start[0])
     if args.record:
         TIMES.write_text(json.dumps({s.name: round(s.result["wall"]) for s in ran}, indent=2, sort_keys=True) + "\n")
     failed = [s.name for s in ran if s.result["result"] != "ok"]

@@ -10,7 +10,6 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,47 +24,40 @@ def assert_refused_before_hosts(rc, out, *needles):
     assert "changed=0" in out
 
 
-def test_known_bad_pin_combination(inventory, run_preflight):
-    inventory.update(
-        "group_vars/all/stack.yml",
-        kunlun_stack_components={
-            **inventory_components(),
-            "vllm_kunlun": {"version": "0.25.1.dev0", "commit": "2fda97b", "source": "vllm-kunlun"},
-        },
-    )
-    rc, out = run_preflight(inventory)
-    assert_refused_before_hosts(rc, out, "known-bad combination", "2fda97b", "Fix:")
+# The stack rules judge every pin and serving value in one call and list every problem
+# (library/stack_rules.py), so one run with several bad values proves each refusal: each
+# message is asserted by itself. (Each used to be a run of its own: known-bad combination,
+# transformers 5.5.3, an unvalidated pin, four serving rules. A playbook run costs about
+# 4 CPU-s; each rule alone is unit-tested in tests/unit/test_kunlun_stack.py.)
+SERVING_CHANGES = {
+    "gpu_memory_utilization": (0.9, ["gpu_memory_utilization", "0.9 with max_num_seqs 256", "at most 0.8"]),
+    "max_model_len": (1048576, ["max_model_len", "1048576", "at most 262144"]),
+    "rope_scaling": ({"rope_type": "yarn", "factor": 4.0}, ["rope_scaling", "YaRN"]),
+    "tensor_parallel_size": (16, ["tensor_parallel_size", "16 does not divide the 8 accelerators"]),
+}
 
 
-def test_transformers_553(inventory, run_preflight):
+def test_bad_pins_and_serving_values_are_each_refused_by_name(inventory, run_preflight):
     comps = inventory_components()
+    # The deployment notes' failed upgrade (a known-bad combination), transformers 5.5.3,
+    # and a pin that departs from the validated combination (refused unless allowed).
+    comps["vllm_kunlun"] = {"version": "0.25.1.dev0", "commit": "2fda97b", "source": "vllm-kunlun"}
     comps["transformers"]["version"] = "5.5.3"
-    inventory.update("group_vars/all/stack.yml", kunlun_stack_components=comps)
-    rc, out = run_preflight(inventory)
-    assert_refused_before_hosts(rc, out, "transformers 5.5.3", "max_pixels", "Fix:")
-
-
-def test_unvalidated_pin_refused_unless_allowed(inventory, run_preflight):
-    comps = inventory_components()
     comps["triton"]["version"] = "3.0.1"
-    inventory.update("group_vars/all/stack.yml", kunlun_stack_components=comps)
+    serving = dict(stack_defaults_serving(), **{k: v for k, (v, _) in SERVING_CHANGES.items()})
+    inventory.update("group_vars/all/stack.yml", kunlun_stack_components=comps, kunlun_stack_serving=serving)
     rc, out = run_preflight(inventory)
-    assert_refused_before_hosts(rc, out, "pin triton", "3.0.0+b2cde523")
-
-
-@pytest.mark.parametrize(
-    "change, needles",
-    [
-        ({"gpu_memory_utilization": 0.9}, ["gpu_memory_utilization", "0.9 with max_num_seqs 256", "at most 0.8"]),
-        ({"max_model_len": 1048576}, ["max_model_len", "1048576", "at most 262144"]),
-        ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, ["rope_scaling", "YaRN"]),
-        ({"tensor_parallel_size": 16}, ["tensor_parallel_size", "16 does not divide the 8 accelerators"]),
-    ],
-)
-def test_serving_rules(inventory, run_preflight, change, needles):
-    serving = dict(stack_defaults_serving(), **change)
-    inventory.update("group_vars/all/stack.yml", kunlun_stack_serving=serving)
-    rc, out = run_preflight(inventory)
+    needles = [
+        "known-bad combination",
+        "2fda97b",
+        "Fix:",
+        "transformers 5.5.3",
+        "max_pixels",
+        "pin triton",
+        "3.0.0+b2cde523",
+    ]
+    for _, words in SERVING_CHANGES.values():
+        needles += words
     assert_refused_before_hosts(rc, out, *needles)
 
 
@@ -77,15 +69,6 @@ def test_empty_xpu_servers_group(inventory, run_preflight):
     rc, out = run_preflight(inventory)
     assert rc != 0
     assert "group xpu_servers has no hosts" in out, out[-3000:]
-
-
-def test_empty_gateways_group(inventory, run_preflight):
-    hosts = inventory.hosts()
-    hosts["all"]["children"]["gateways"]["hosts"] = {}
-    inventory.save("hosts.yml", hosts)
-    rc, out = run_preflight(inventory)
-    assert rc != 0
-    assert "group gateways has no hosts: add at least one host under gateways in hosts.yml" in out, out[-3000:]
 
 
 def test_no_api_key_in_the_vault(inventory, run_preflight):
@@ -127,30 +110,6 @@ def test_host_variable_secrets_are_never_printed(inventory, run_preflight, tmp_p
     assert registry not in out, "the registry password appears in preflight's -vvv output"
 
 
-def test_two_hosts_one_address(inventory, run_preflight):
-    hosts = inventory.hosts()
-    hosts["all"]["children"]["xpu_servers"]["hosts"]["p800-a02"]["ansible_host"] = "10.20.1.11"
-    inventory.save("hosts.yml", hosts)
-    rc, out = run_preflight(inventory)
-    assert_refused_before_hosts(rc, out, "p800-a01 and p800-a02 share the address 10.20.1.11")
-
-
-def test_boolean_given_as_string(inventory, run_preflight):
-    inventory.update("group_vars/all/stack.yml", kunlun_stack_allow_unvalidated="false")
-    rc, out = run_preflight(inventory)
-    assert_refused_before_hosts(
-        rc, out, "kunlun_stack_allow_unvalidated is the string 'false'", "write false without quotes"
-    )
-
-
-def test_misspelled_variable(inventory, run_preflight):
-    inventory.update("group_vars/all/stack.yml", kunlun_stack_devce_count=8)
-    rc, out = run_preflight(inventory)
-    assert_refused_before_hosts(
-        rc, out, "unknown variable kunlun_stack_devce_count", "did you mean kunlun_stack_device_count"
-    )
-
-
 def test_facts_of_an_earlier_run_are_not_unknown_variables(inventory, run_preflight, tmp_path):
     """A re-run's host variables hold the facts the fact cache kept (xpu_info's xpu_*): they
     are no inventory variable, so no 'declared by no role' warning names them, while a
@@ -179,10 +138,29 @@ def test_facts_of_an_earlier_run_are_not_unknown_variables(inventory, run_prefli
     assert "xpu_processes" not in out and "xpu_smi_path" not in out, out[-4000:]
 
 
-def test_missing_required_host_var(inventory, run_preflight):
+# inventory_check lists every problem of the inventory in one message
+# (library/inventory_check.py), so one run with several mistakes proves each refusal by its
+# own message. (Each used to be a run of its own: an empty gateways group, two hosts on one
+# address, a boolean written as a string, a misspelt variable, a missing host variable.)
+def test_inventory_mistakes_are_each_refused_with_the_fix(inventory, run_preflight):
+    hosts = inventory.hosts()
+    hosts["all"]["children"]["gateways"]["hosts"] = {}
+    hosts["all"]["children"]["xpu_servers"]["hosts"]["p800-a02"]["ansible_host"] = "10.20.1.11"
+    inventory.save("hosts.yml", hosts)
+    inventory.update("group_vars/all/stack.yml", kunlun_stack_allow_unvalidated="false", kunlun_stack_devce_count=8)
     (inventory.path / "host_vars/p800-a03.yml").unlink()
     rc, out = run_preflight(inventory)
-    assert_refused_before_hosts(rc, out, "host p800-a03 (group xpu_servers) does not define storage_data_disks")
+    assert_refused_before_hosts(
+        rc,
+        out,
+        "group gateways has no hosts: add at least one host under gateways in hosts.yml",
+        "p800-a01 and p800-a02 share the address 10.20.1.11",
+        "kunlun_stack_allow_unvalidated is the string 'false'",
+        "write false without quotes",
+        "unknown variable kunlun_stack_devce_count",
+        "did you mean kunlun_stack_device_count",
+        "host p800-a03 (group xpu_servers) does not define storage_data_disks",
+    )
 
 
 DRIVER = "drivers/xre-Linux-x86_64-5.0.21.26.run"

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -260,3 +261,26 @@ def test_a_failed_scenarios_tasks_survive_destroys_output():
         "CRITICAL Idempotence test failed because of the following tasks:",
         "*  => gateway : Install | The unit",
     ]
+
+
+def test_sim_host_cpu_sums_each_host_over_its_containers(tmp_path, monkeypatch):
+    """The sim hosts' CPU: the engine group's counter for the total, each container's last
+    sample summed per host name (a reset host's two containers are one host)."""
+    root = tmp_path / "docker"
+    first, second, other = "a" * 64, "b" * 64, "c" * 64
+    for cid, ns in ((first, 3e9), (second, 2e9), (other, 1e9)):
+        (root / cid).mkdir(parents=True)
+        (root / cid / "cpuacct.usage").write_text("%d\n" % ns)
+    (root / "cpuacct.usage").write_text("5000000000\n")
+    sampler = suites.SimHostCpu(root=str(root), every=0.05)
+    monkeypatch.setattr(
+        sampler, "_names", lambda: sampler.names.update({first: "kf-node-4", second: "kf-node-4", other: "kf-node-1"})
+    )
+    sampler.start()
+    (root / "cpuacct.usage").write_text("11000000000\n")
+    deadline = time.monotonic() + 10
+    while len(sampler.last) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    total, per = sampler.finish()
+    assert total == 6.0
+    assert per == {"kf-node-4": 5.0, "kf-node-1": 1.0}
