@@ -84,7 +84,10 @@ def scratch(index):
     inventory of its own (a fleet beside the shared one, made by the lane's first suite's
     sim-up: kunlun_fleet.sim.testing.sim_fleet). Its suites ask for "their" host with
     lane_host() and reset it first; none resets it when it ends (the next suite does)."""
+    # ANSIBLE_TIMEOUT: a scratch host runs at a low CPU weight (BESIDE_CPU_SHARES), and its SSH
+    # connect ran past Ansible's 10 s once on a busy machine (driver-faults, 2026-12-02).
     return {
+        "ANSIBLE_TIMEOUT": "60",
         "KF_LANE_HOST": "kf-node-%d" % index,
         "KF_SIM_INVENTORY": os.path.join(SIM_HOME, "fleets", "scratch-%d" % index),
     }
@@ -256,7 +259,7 @@ def collect(marks):
         text=True,
         env=dict(os.environ, KF_STRICT_SKIPS="1"),
     )
-    ids = [l.strip() for l in proc.stdout.splitlines() if "::" in l]
+    ids = [line.strip() for line in proc.stdout.splitlines() if "::" in line]
     if proc.returncode not in (0, 5):
         raise SystemExit(
             "collecting the tests (-m %r) failed:\n%s%s" % (marks, proc.stdout[-3000:], proc.stderr[-3000:])
@@ -649,7 +652,7 @@ def report(suites, spans, total, recorded):
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     print("\n=== test suites ===")
     for i, row in enumerate(rows):
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
         if i == 0:
             print("  ".join("-" * w for w in widths))
     serial = sum(s.result["wall"] for s in suites)
@@ -687,10 +690,10 @@ def why_failed(log_path, limit=14):
         lines = log_path.read_text(errors="replace").splitlines()
     except OSError as exc:
         return ["(no log: %s)" % exc]
-    summary = [l for l in lines if l.startswith(("FAILED ", "ERROR "))]
-    detail = [l[4:].strip() for l in lines if l.startswith("E   ") and l[4:].strip()]
+    summary = [line for line in lines if line.startswith(("FAILED ", "ERROR "))]
+    detail = [line[4:].strip() for line in lines if line.startswith("E   ") and line[4:].strip()]
     picked = (summary[:4] + detail)[:limit] or lines[-limit:]
-    return [l[:300] for l in picked]
+    return [line[:300] for line in picked]
 
 
 def over_budget(suites, total, recorded):
