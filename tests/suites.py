@@ -407,7 +407,8 @@ class SimHostCpu:
             return None
 
     def _names(self):
-        sys.path.insert(0, str(ROOT))
+        if str(ROOT) not in sys.path:
+            sys.path.insert(0, str(ROOT))
         from kunlun_fleet.sim.engine import docker
 
         try:
