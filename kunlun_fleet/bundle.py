@@ -520,7 +520,7 @@ class Builder:
         self.placed.add(rel)
 
     def place_all(self):
-        for key, row in self.rows.items():
+        for row in self.rows.values():
             if row.status != "found":
                 continue
             spec = row.spec

@@ -1,5 +1,5 @@
 """kunlun-fleet's command line: thin wrappers around the playbooks and the sim fleet.
-deploy, stage and bench run their playbook through kunlun_fleet/runner.py (ansible-runner):
+deploy, stage and bench run their playbook through kunlun_fleet/runner/ (ansible-runner):
 a live view or ansible-playbook's output, a report per run, exit codes (docs/cli.md).
 
   kunlun-fleet deploy -i INVENTORY [--from STAGE | --only STAGE,...] [--limit HOSTS]
@@ -185,7 +185,7 @@ def _int_list(text):
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError("a comma-separated list of integers, got %r" % text)
+        raise argparse.ArgumentTypeError("a comma-separated list of integers, got %r" % text) from None
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError("concurrency values must be 1 or more, got %r" % text)
     return values

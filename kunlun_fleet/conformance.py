@@ -239,7 +239,7 @@ def load_index(host_dir):
     try:
         index = json.loads((Path(host_dir) / "index.json").read_text())
     except (OSError, ValueError) as exc:
-        raise BadInput("%s/index.json is unreadable: %s" % (host_dir, exc))
+        raise BadInput("%s/index.json is unreadable: %s" % (host_dir, exc)) from exc
     if not isinstance(index, dict) or not isinstance(index.get("commands"), list):
         raise BadInput("%s/index.json has no list of commands" % host_dir)
     return index

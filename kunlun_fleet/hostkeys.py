@@ -24,6 +24,7 @@ hosts. bootstrap: the runner's (docs/cli.md), 3 also when a host key is not know
 """
 
 import base64
+import functools
 import hashlib
 import hmac
 import json
@@ -257,23 +258,13 @@ def read_inventory(inventory, limit=None, vault_password_file=None):
             manager.subset(limit)
         found = manager.get_hosts("all")
     except AnsibleError as exc:
-        raise Refused("the inventory %s cannot be read: %s" % (inventory, exc))
+        raise Refused("the inventory %s cannot be read: %s" % (inventory, exc)) from exc
     if not found:
         raise Refused("no host in %s%s" % (inventory, " matches --limit %s" % limit if limit else ""))
     hosts = []
     for host in found:
         hv = variables.get_vars(host=host)
-        templar = Templar(loader=loader, variables=hv)
-
-        def value(*names, default=None):
-            for name in names:
-                if hv.get(name) not in (None, ""):
-                    try:
-                        return templar.template(hv[name])
-                    except AnsibleError as exc:
-                        raise Refused("%s: %s cannot be templated: %s" % (host.name, name, exc))
-            return default
-
+        value = functools.partial(_host_var, host.name, hv, Templar(loader=loader, variables=hv))
         args = " ".join(str(a) for a in (value("ansible_ssh_common_args"), value("ansible_ssh_extra_args")) if a)
         hosts.append(
             Host(
@@ -287,6 +278,19 @@ def read_inventory(inventory, limit=None, vault_password_file=None):
             )
         )
     return hosts
+
+
+def _host_var(host_name, hv, templar, *names, default=None):
+    """The first of the variables names that host_name has set (not empty), templated; else default."""
+    from ansible.errors import AnsibleError
+
+    for name in names:
+        if hv.get(name) not in (None, ""):
+            try:
+                return templar.template(hv[name])
+            except AnsibleError as exc:
+                raise Refused("%s: %s cannot be templated: %s" % (host_name, name, exc)) from exc
+    return default
 
 
 # ---------------------------------------------------------------- reading keys
@@ -490,7 +494,9 @@ def table(results):
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row[:4], widths)) + "  " + row[4] for row in rows)
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row[:4], widths, strict=True)) + "  " + row[4] for row in rows
+    )
 
 
 def exit_code(results):
@@ -585,7 +591,7 @@ def read_password_file(path):
     try:
         st = os.stat(path)
     except OSError as exc:
-        raise Refused("--password-file %s: %s" % (path, exc.strerror))
+        raise Refused("--password-file %s: %s" % (path, exc.strerror)) from exc
     if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise Refused(
             "--password-file %s can be read by others (mode %o): chmod 600 %s"

@@ -1,7 +1,7 @@
 """kunlun-fleet status: every serving host's state, read live and read-only, as one table
 (or one JSON document), judged by the health rules below.
 
-playbooks/status.yml runs through kunlun_fleet/runner.py as deploy does (the inventory's
+playbooks/status.yml runs through kunlun_fleet/runner/ as deploy does (the inventory's
 vault password, a run report in reports/runs/<id>-status/), in check mode and quietly: the
 results of its host_status and gateway tasks are taken from the run's events, and only the
 table is printed at the end. The last acceptance figure per host is read here, on the
@@ -518,7 +518,9 @@ def cells(row):
 def render_table(doc):
     rows = [list(COLUMNS)] + [cells(r) for r in doc["hosts"]]
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(COLUMNS) - 1)]
-    lines = ["  ".join([str(c).ljust(w) for c, w in zip(r[:-1], widths)] + [str(r[-1])]).rstrip() for r in rows]
+    lines = [
+        "  ".join([str(c).ljust(w) for c, w in zip(r[:-1], widths, strict=True)] + [str(r[-1])]).rstrip() for r in rows
+    ]
     hosts = doc["hosts"]
     unreachable = sum(1 for r in hosts if not r["reachable"])
     unhealthy = sum(1 for r in hosts if r["reachable"] and not r["healthy"])

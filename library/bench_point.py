@@ -10,7 +10,8 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: bench_point
-short_description: One load point against an OpenAI-compatible endpoint with aiperf, read against the servers' own counters
+short_description: One load point against an OpenAI-compatible endpoint with aiperf, read against the servers'
+  own counters
 description:
   - Runs the load generator aiperf once (I(aiperf), from the bench's own venv) against I(url) - streamed
     C(/v1/completions), I(concurrency) requests in flight, synthetic prompts of I(isl) tokens made with the
@@ -50,7 +51,8 @@ options:
     type: str
     required: true
   tokenizer:
-    description: Directory with the model's tokenizer files (C(tokenizer.json), C(tokenizer_config.json), C(config.json)).
+    description:
+      Directory with the model's tokenizer files (C(tokenizer.json), C(tokenizer_config.json), C(config.json)).
     type: path
     required: true
   api_key:
@@ -177,7 +179,9 @@ client:
   returned: success
   type: dict
 servers:
-  description: Per server - the counter deltas over the point (generation_tokens, prompt_tokens, completed) or the error reading them.
+  description:
+    Per server - the counter deltas over the point (generation_tokens, prompt_tokens, completed) or the error
+    reading them.
   returned: success
   type: dict
 server_output_tokens:

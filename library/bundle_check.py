@@ -24,7 +24,7 @@ description:
     global header, or, for a tarball that records none (an sdist, a plain tar), by the sha256 the pin
     declares for that commit (C(kunlun_stack_components.<key>.sha256)); it must hold a C(setup.py) at its
     top or in its one top-level directory. The versions it declares are reported, never compared.
-  - Run it on the controller (C(delegate_to: localhost)) before any host is touched.
+  - Run it on the controller, delegated to C(localhost), before any host is touched.
   - Digests of unchanged files (same size and modification time), and what each file says it is, are
     remembered in I(cache_file).
 options:
@@ -56,7 +56,8 @@ options:
     type: bool
     default: false
   index:
-    description: The bundle's C(bundle.yml), parsed (C(kunlun_stack_bundle_index)); read when I(artifacts) or I(index_all).
+    description:
+      The bundle's C(bundle.yml), parsed (C(kunlun_stack_bundle_index)); read when I(artifacts) or I(index_all).
     type: dict
     default: {}
   pins:

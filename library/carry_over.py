@@ -79,7 +79,8 @@ options:
     type: path
     default: /etc/fstab
   state_dir:
-    description: Directory on the system disk for a copy of the journal (the lock is /run/lock/kunlun-carry-over-<src>.lock).
+    description:
+      Directory on the system disk for a copy of the journal (the lock is /run/lock/kunlun-carry-over-<src>.lock).
     type: path
     default: /var/lib/kunlun-fleet/carry-over
   room_margin_percent:
@@ -136,7 +137,9 @@ moved:
   description: What was (or in check mode would be) carried.
   returned: when the content was scanned
   type: dict
-  sample: {"entries": 1203, "files": 1100, "dirs": 100, "bytes": 52428800, "allocated_bytes": 53000000, "hardlink_groups": 3}
+  sample:
+    {"entries": 1203, "files": 1100, "dirs": 100, "bytes": 52428800, "allocated_bytes": 53000000,
+     "hardlink_groups": 3}
 uuid:
   description: Filesystem UUID of the device.
   returned: with device, when it holds a filesystem
@@ -584,7 +587,6 @@ class Carry(object):
 
         # ---- real run
         self.stop_leftovers(self.staging)
-        mounted_now = False
         if m_stage is None:
             if not os.path.isdir(self.staging):
                 os.makedirs(self.staging, mode=0o700)
@@ -592,7 +594,6 @@ class Carry(object):
                 [self.m.get_bin_path("mount", required=True), "-t", self.fstype, "-o", self.opts, device, self.staging],
                 "mounting %s at %s" % (device, self.staging),
             )
-            mounted_now = True
             self.actions.append("mounted %s at %s" % (device, self.staging))
         umount = self.m.get_bin_path("umount", required=True)
 

@@ -10,7 +10,8 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: model_fetch
-short_description: Fetch model files from peers' read-only shares, resumable, each verified before it is renamed into place
+short_description: Fetch model files from peers' read-only shares, resumable, each verified before it is renamed
+  into place
 description:
   - Fetches every file of I(files) over HTTP from the first of I(sources) that answers (a host's model_share), in
     sorted order, one transfer at a time.

@@ -13,15 +13,15 @@ module: serve_rollout
 short_description: Plan the serve rollout's batches and hold a batch back while the rest cannot carry the load
 description:
   - Reads every serving host's own vLLM C(/metrics) (C(vllm:num_requests_running) + C(vllm:num_requests_waiting))
-    in parallel: the load the fleet carries now, including requests sent straight to a host. A host that does
+    in parallel, the load the fleet carries now, including requests sent straight to a host. A host that does
     not answer carries nothing and adds no capacity.
   - Compares it with what the hosts that stay in service can carry, a host carrying the concurrency of its best
     output on the bench's per-host curve (results.json C(plan.per_host_curve)), within I(ttft_p99) when given.
     Without a curve only the max-unavailable bound applies, and the module says so.
-  - I(mode=plan) returns the rollout's batches for the hosts that need a restart (the play's C(serial)): a canary
+  - I(mode=plan) returns the rollout's batches for the hosts that need a restart (the play's C(serial)), a canary
     of one, then I(max_unavailable) hosts (an int or a percentage of I(total), at least one), shrunk when the
     current load lets fewer hosts out; or the explicit I(batches), percentages taken of I(total).
-  - I(mode=gate) runs before a batch: when taking I(hosts) out would overload the rest it waits, polling every
+  - I(mode=gate) runs before a batch. When taking I(hosts) out would overload the rest it waits, polling every
     I(interval) seconds for at most I(timeout) seconds, then fails (the rollout stops; the batch was not touched).
   - Changes nothing. In check mode the gate does not wait and never fails; it reports what it would do.
   - Standard library only (urllib, threads); Python 3.8+.
@@ -82,7 +82,9 @@ EXAMPLES = r"""
     workers: {kf-node-1: "http://172.31.250.11:8000", kf-node-2: "http://172.31.250.12:8000"}
     hosts: [kf-node-2]
     max_unavailable: "10%"
-    curve: "{{ (lookup('ansible.builtin.file', 'reports/bench-20261130T193349Z/results.json') | from_json).plan.per_host_curve }}"
+    curve: >-
+      {{ (lookup('ansible.builtin.file', 'reports/bench-20261130T193349Z/results.json')
+      | from_json).plan.per_host_curve }}
   register: serve_rollout_plan
 
 - name: Before a batch, the rest of the fleet can carry the load

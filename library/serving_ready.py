@@ -12,7 +12,7 @@ DOCUMENTATION = r"""
 module: serving_ready
 short_description: Wait until an OpenAI-compatible vllm server lists the model and answers a real completion
 description:
-  - Polls C(GET {url}/v1/models) (with C(Authorization: Bearer <api_key>)) every I(interval) seconds until
+  - Polls C(GET {url}/v1/models) (with an C(Authorization) header C(Bearer <api_key>)) every I(interval) seconds until
     the list holds I(served_model_name), for at most I(timeout) seconds. While the model loads, vllm refuses
     connections; that is waited through.
   - Then makes one real completion (C(POST {url}/v1/completions), I(max_tokens) tokens, temperature 0) and
@@ -245,14 +245,14 @@ class Client(object):
                 resp.close()
         except urllib_error.HTTPError as exc:
             _refuse_auth(exc, "GET %s" % url)
-            raise NotReady("HTTP %d %s" % (exc.code, _body_excerpt(exc)))
+            raise NotReady("HTTP %d %s" % (exc.code, _body_excerpt(exc))) from exc
         except (urllib_error.URLError, OSError, http_client.HTTPException) as exc:
-            raise NotReady(_reason(exc))
+            raise NotReady(_reason(exc)) from exc
         try:
             doc = json.loads(raw.decode("utf-8"))
             return [str(m.get("id")) for m in doc.get("data") or [] if isinstance(m, dict)]
         except (ValueError, AttributeError, UnicodeDecodeError):
-            raise NotReady("GET %s returned something that is not a model list: %r" % (url, raw[:200]))
+            raise NotReady("GET %s returned something that is not a model list: %r" % (url, raw[:200])) from None
 
     def completion(self, model, prompt, max_tokens, stream, clock, ignore_eos=False):
         """(text, completion_tokens, ttft_s, tokens_per_s, completion_s); raises Refused."""
@@ -272,13 +272,13 @@ class Client(object):
                 "POST %s answered HTTP %d: %s" % (url, exc.code, _body_excerpt(exc)),
                 "the model is listed but cannot generate; read the service log below "
                 "(an engine error, out of memory, a wrong model directory)",
-            )
+            ) from exc
         except (urllib_error.URLError, OSError, http_client.HTTPException) as exc:
             raise Refused(
                 "POST %s failed: %s" % (url, _reason(exc)),
                 "the server listed the model and then stopped answering; read the service "
                 "log below (it may have died while generating)",
-            )
+            ) from exc
         try:
             if stream:
                 return self._read_stream(resp, url, start, clock)
@@ -287,7 +287,7 @@ class Client(object):
             raise Refused(
                 "POST %s broke off while reading the answer: %s" % (url, _reason(exc)),
                 "read the service log below (the engine may have died while generating)",
-            )
+            ) from exc
         finally:
             resp.close()
         end = clock()
@@ -298,7 +298,7 @@ class Client(object):
             raise Refused(
                 "POST %s returned something that is not a completion: %r" % (url, raw[:200]),
                 "check that the URL is vllm's OpenAI-compatible server",
-            )
+            ) from None
         tokens = _usage_tokens(doc)
         rate = tokens / (end - start) if tokens and end > start else None
         return text, tokens, None, rate, end - start
@@ -324,7 +324,7 @@ class Client(object):
                 raise Refused(
                     "POST %s streamed a chunk that is not JSON: %r" % (url, payload[:200]),
                     "check that the URL is vllm's OpenAI-compatible server",
-                )
+                ) from None
             if isinstance(doc.get("error"), dict):
                 raise Refused(
                     "POST %s streamed an error: %s" % (url, doc["error"].get("message")),

@@ -18,7 +18,7 @@ description:
     mounted XFS its C(ftype) (overlay2 needs 1).
   - Finds which LVM logical volume, of any volume group, is mounted at I(mount_point) (matched by
     device number, so C(/dev/mapper/...), C(/dev/VG/LV) and C(/dev/dm-N) sources all match), with
-    its volume group's size, free space and physical volumes: the volume the storage stage adopts.
+    its volume group's size, free space and physical volumes (the volume the storage stage adopts).
   - Reads the I(fstab) line of the mount point and how it names the device (UUID, LABEL, path).
   - Reads with findmnt, blkid -p (the device itself, not the blkid cache), vgs, lvs, pvs and xfs_info.
   - Read-only; safe in check mode.
@@ -271,7 +271,7 @@ def mounted_lv(module, run, mount):
             rc, out, err = run(["pvs", "--noheadings", "--options", "pv_name", "--select", "vg_name=" + row["vg"]])
             if rc != 0:
                 module.fail_json(msg="pvs (volume group %s) failed: %s" % (row["vg"], err.strip()))
-            row["pvs"] = sorted(l.strip() for l in out.splitlines() if l.strip())
+            row["pvs"] = sorted(line.strip() for line in out.splitlines() if line.strip())
             return row
     return {}
 

@@ -96,7 +96,7 @@ def read_wheel(path):
             metas.sort(key=lambda n: normalize(n.split("-", 1)[0]) != stem)
             headers = _headers(archive.read(metas[0]).decode("utf-8", "replace"))
     except zipfile.BadZipfile as exc:
-        raise ValueError("not a zip archive (%s)" % exc)
+        raise ValueError("not a zip archive (%s)" % exc) from exc
     if not headers.get("Name") or not headers.get("Version"):
         raise ValueError("its METADATA has no Name or no Version")
     return {"name": headers["Name"], "version": headers["Version"]}
@@ -203,7 +203,7 @@ def read_source(path):
                     found.setdefault("/".join(parts), _member_text(archive, member))
             comment = str((archive.pax_headers or {}).get("comment", "") or "")
     except _TAR_ERRORS as exc:
-        raise ValueError("not a readable tar archive (%s)" % exc)
+        raise ValueError("not a readable tar archive (%s)" % exc) from exc
     top_dir = ""
     texts = dict((name, found[name]) for name in SOURCE_FILES if name in found)
     if not texts and len(tops) == 1:
@@ -259,13 +259,13 @@ def read_image(path):
                     text = _member_text(archive, member, 16 << 20)
                     break
     except _TAR_ERRORS as exc:
-        raise ValueError("not a readable tar archive (%s)" % exc)
+        raise ValueError("not a readable tar archive (%s)" % exc) from exc
     if text is None:
         raise ValueError("no manifest.json: not a `docker save` archive")
     try:
         manifest = json.loads(text)
     except ValueError as exc:
-        raise ValueError("its manifest.json is not JSON (%s)" % exc)
+        raise ValueError("its manifest.json is not JSON (%s)" % exc) from exc
     tags = []
     for image in manifest if isinstance(manifest, list) else []:
         if isinstance(image, dict):

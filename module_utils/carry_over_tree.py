@@ -363,7 +363,7 @@ def read_journal(path):
     try:
         data = json.loads(text)
     except ValueError as e:
-        raise ValueError("journal %s is not valid JSON (%s)" % (path, e))
+        raise ValueError("journal %s is not valid JSON (%s)" % (path, e)) from e
     if not isinstance(data, dict) or data.get("format") != JOURNAL_FORMAT or data.get("phase") not in PHASES:
         raise ValueError("journal %s is not a carry-over journal of format %d" % (path, JOURNAL_FORMAT))
     return data

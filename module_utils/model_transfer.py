@@ -209,7 +209,7 @@ class Fetcher(object):
         except (socket.error, socket.timeout, HTTPException, OSError) as exc:
             if isinstance(exc, OSError) and getattr(exc, "filename", None):
                 raise  # a local file error, not the source's
-            raise SourceError("%s%s" % (type(exc).__name__, (": %s" % exc) if str(exc) else ""))
+            raise SourceError("%s%s" % (type(exc).__name__, (": %s" % exc) if str(exc) else "")) from exc
         finally:
             self.bytes_by_source[source["name"]] = self.bytes_by_source.get(source["name"], 0) + got
             conn.close()

@@ -135,7 +135,8 @@ def describe(verdict, batch, capacity, capacity_note, action):
     hosts = ", ".join(batch) or "no host"
     if capacity is None:
         return (
-            "capacity: %s; %d request(s) in flight on %d serving host(s); taking out %s: %s (only serve_max_unavailable bounds the batch)"
+            "capacity: %s; %d request(s) in flight on %d serving host(s); taking out %s: %s "
+            "(only serve_max_unavailable bounds the batch)"
             % (capacity_note, verdict["load"], verdict["serving"], hosts, action)
         )
     return (

@@ -91,7 +91,7 @@ def interpolate(curve, c):
     if c <= curve[0][0]:
         # below the lowest measured point: throughput scales with the streams, TTFT as measured there
         return curve[0][1] * (c / float(curve[0][0])), curve[0][2]
-    for (c0, t0, f0), (c1, t1, f1) in zip(curve, curve[1:]):
+    for (c0, t0, f0), (c1, t1, f1) in zip(curve, curve[1:], strict=False):
         if c0 <= c <= c1:
             w = (c - c0) / float(c1 - c0)
             return t0 + w * (t1 - t0), f0 + w * (f1 - f0)
@@ -203,7 +203,7 @@ def hosts_needed(curve, concurrency=None, output_tok_s=None, ttft_p99_s=None):
         if ttft_p99_s is not None:
             # Between two measured points the curve is interpolated (as for a concurrency):
             # where TTFT p99 crosses the limit on a segment, that operating point counts too.
-            for (c0, t0, f0), (c1, t1, f1) in zip(curve, curve[1:]):
+            for (c0, t0, f0), (c1, t1, f1) in zip(curve, curve[1:], strict=False):
                 if f0 <= ttft_p99_s < f1:
                     w = (ttft_p99_s - f0) / float(f1 - f0)
                     usable.append((c0 + w * (c1 - c0), t0 + w * (t1 - t0), ttft_p99_s))

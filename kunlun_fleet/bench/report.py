@@ -55,7 +55,7 @@ def plot_throughput(results):
         ys = [r["output_tok_s"] or 0 for r in rows]
         style = dict(color=COLORS[i % len(COLORS)], marker="o", linewidth=2.5 if name == "fleet" else 1.4)
         ax.plot(xs, ys, label=("fleet (gateway)" if name == "fleet" else name), **style)
-        bad = [(x, y) for x, y, r in zip(xs, ys, rows) if not r["valid"] or r["failed"]]
+        bad = [(x, y) for x, y, r in zip(xs, ys, rows, strict=True) if not r["valid"] or r["failed"]]
         if bad:
             ax.scatter(
                 [b[0] for b in bad],

@@ -62,7 +62,7 @@ def _run(cmd, what, check=True, **kw):
         raise RepoError(
             "%s: %s is not installed (%s); on Debian: apt-get install %s"
             % (what, cmd[0], exc, "gnupg" if cmd[0].startswith("gpg") else "dpkg")
-        )
+        ) from exc
     if check and proc.returncode != 0:
         err = proc.stderr.decode(errors="replace") if isinstance(proc.stderr, bytes) else proc.stderr
         raise RepoError("%s failed (rc=%d): %s\n%s" % (what, proc.returncode, " ".join(cmd), err[-2000:]))

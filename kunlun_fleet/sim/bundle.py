@@ -425,7 +425,7 @@ def _run(cmd: list, what: str, env: dict = None) -> str:
         raise RuntimeError(
             f"{what}: {cmd[0]} is not installed ({exc}); on Debian: apt-get install "
             f"{'debootstrap' if 'debootstrap' in cmd[0] else 'apt'}"
-        )
+        ) from exc
     if proc.returncode != 0:
         raise RuntimeError(
             f"{what} failed (rc={proc.returncode}): {' '.join(cmd)}\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
@@ -683,7 +683,7 @@ def verify(out: str) -> list:
                 problems.append(f"missing: {rel}")
             elif sha256_file(file_path) != digest:
                 problems.append(f"checksum mismatch: {rel}")
-    for root, dirs, names in os.walk(out):
+    for root, _dirs, names in os.walk(out):
         for n in names:
             rel = os.path.relpath(os.path.join(root, n), out).replace(os.sep, "/")
             if rel != MANIFEST and rel not in listed:

@@ -135,7 +135,7 @@ def _cmd_demo(args):
     up_time = time.time() - started
     _build_bundle()
     playbook = os.path.join(REPO_ROOT, "site.yml")
-    # The operator's own command (kunlun_fleet/runner.py): the live per-host view on a
+    # The operator's own command (kunlun_fleet/runner/): the live per-host view on a
     # terminal, ansible-playbook's output otherwise, and a run report under reports/runs/.
     kunlun_fleet = os.path.join(os.path.dirname(sys.executable), "kunlun-fleet")
     shown = ["kunlun-fleet", "deploy", "-i", INVENTORY_DIR] + extra

@@ -105,7 +105,7 @@ def run(cmd, check=True, capture=True, input=None, env=None, timeout=None):
             stderr=subprocess.PIPE if capture else None,
         )
     except FileNotFoundError as exc:
-        raise SimError("command not found: %s (%s)" % (cmd[0], exc))
+        raise SimError("command not found: %s (%s)" % (cmd[0], exc)) from exc
     if check and proc.returncode != 0:
         raise SimError(
             "command failed (rc=%d): %s\n%s%s" % (proc.returncode, " ".join(cmd), proc.stdout or "", proc.stderr or "")

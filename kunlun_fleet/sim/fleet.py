@@ -542,7 +542,7 @@ def _old_installer(version):
     try:
         return str(mod.build_xre_run(version, os.path.join(OLD_DRIVERS_DIR, name)))
     except ValueError as exc:
-        raise SimError("fault xpu_old_driver=%s: %s" % (version, exc))
+        raise SimError("fault xpu_old_driver=%s: %s" % (version, exc)) from exc
 
 
 def apply_old_driver(index, version):
@@ -683,7 +683,7 @@ def write_inventory(indexes, keys, inventory=INVENTORY_DIR):
     for index in indexes:
         for key in keys.get(index, []):
             lines.append("%s,%s %s" % (host_address(index), host_name(index), key))
-    _atomic_write(known_hosts_path(inventory), "".join(l + "\n" for l in lines))
+    _atomic_write(known_hosts_path(inventory), "".join(line + "\n" for line in lines))
     cas = (
         sorted(
             os.path.join("/usr/local/share/ca-certificates", n)
@@ -856,7 +856,7 @@ def up(count, fault_args=(), rebuild=False, refresh=False, first=1, inventory=IN
         save_state(state)
         indexes = wanted
         with ThreadPoolExecutor(max_workers=max(8, count)) as pool:
-            states = dict(zip(indexes, pool.map(wait_ready, indexes)))
+            states = dict(zip(indexes, pool.map(wait_ready, indexes), strict=True))
         keys = {i: host_keys(i) for i in indexes}
         write_inventory(indexes, keys, inventory)
         drop_control_masters([i for i, _ in todo])

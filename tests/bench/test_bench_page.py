@@ -119,7 +119,7 @@ def test_the_page_renders_its_plots(rendered, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     measured = json.loads(proc.stdout)
-    for img, box in zip(imgs, measured["boxes"]):
+    for img, box in zip(imgs, measured["boxes"], strict=True):
         # a drawn plot: lines, labels and a legend in many colours, not an empty frame
         assert box["colours"] > 50 and box["ink"] > 0.02, (img["alt"], box)
     # the gates are at the top of the page, above the first plot

@@ -62,7 +62,7 @@ def served(sim_fleet):
             raise AssertionError(
                 "kf-node-%d does not serve (%s): this suite runs after the e2e, which leaves the "
                 "fleet served; run `kunlun-fleet demo` first" % (i, exc)
-            )
+            ) from exc
 
 
 @pytest.fixture(scope="module")

@@ -115,8 +115,9 @@ import aiperf
 tok = AutoTokenizer.from_pretrained(sys.argv[1])
 enc = Encoder(json.load(open(os.path.join(sys.argv[1], "tokenizer.json"))))
 corpus = open(glob.glob(os.path.dirname(aiperf.__file__) + "/**/shakespeare.txt", recursive=True)[0]).read()
-texts = ["hello, how are you?", " the model answers with tokens from a fixed list", "Don't 123 foo_bar \n\n x!? (a)-b/c",
-         "Unicode: café naïve Tōkyō 東京", "<|im_start|>user\nSay hello<|im_end|>\n<|im_start|>assistant\n"]
+texts = ["hello, how are you?", " the model answers with tokens from a fixed list",
+         "Don't 123 foo_bar \n\n x!? (a)-b/c", "Unicode: café naïve Tōkyō 東京",
+         "<|im_start|>user\nSay hello<|im_end|>\n<|im_start|>assistant\n"]
 rnd = random.Random(7)
 for _ in range(30):
     a = rnd.randrange(len(corpus) - 5000)

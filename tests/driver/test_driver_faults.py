@@ -96,7 +96,7 @@ def on_host(command, check=True):
     """Run a shell command on the suite's host over SSH (host key checked); its stdout, stripped."""
     from kunlun_fleet.sim import fleet
 
-    for attempt in range(5):
+    for _ in range(5):
         proc = subprocess.run(fleet.ssh_cmd(INDEX, command), text=True, capture_output=True, timeout=300)
         if proc.returncode != 255:  # 255: ssh itself failed (e.g. sshd restarting after boot)
             break
@@ -143,7 +143,7 @@ def driver_play(*args):
         re.M,
     )
     if m:
-        recap = dict(zip(("ok", "changed", "unreachable", "failed", "skipped"), map(int, m.groups())))
+        recap = dict(zip(("ok", "changed", "unreachable", "failed", "skipped"), map(int, m.groups()), strict=True))
     return proc, recap
 
 

@@ -326,9 +326,9 @@ def test_acceptance_lines(first_run):
         re.match(
             r"^(PASS|FAIL) (kf-node-\d|fleet endpoint \S+): single stream ([0-9.]+) tok/s "
             r"\(target (\d+)\), first token [0-9.]+ s",
-            l,
+            line,
         )
-        for l in lines
+        for line in lines
     ]
     assert all(parsed) and len(parsed) == 4, lines
     assert [m.group(2) for m in parsed[:3]] == ["kf-node-1", "kf-node-2", "kf-node-3"], lines
@@ -337,7 +337,7 @@ def test_acceptance_lines(first_run):
         rate, target = float(m.group(3)), float(m.group(4))
         assert rate > 0 and m.group(1) == ("PASS" if rate >= target else "FAIL"), m.group(0)
     # Measured over the whole length asked for (ignore_eos), not up to the first end of sentence.
-    assert all(l.endswith(", 128 tokens") for l in lines if " kf-node-" in l), lines
+    assert all(line.endswith(", 128 tokens") for line in lines if " kf-node-" in line), lines
     # The demo ends with the lines and how to call the endpoint, never with the key.
     assert "fleet endpoint: http://" in first_run and re.search("(PASS|FAIL) fleet endpoint", first_run)
     assert endpoint()[2] not in first_run
@@ -375,7 +375,9 @@ def running_requests():
     for i in (1, 2, 3):
         with urllib.request.urlopen("http://%s:8000/metrics" % host_address(i), timeout=10) as resp:
             text = resp.read().decode()
-        total += sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith("vllm:num_requests_running"))
+        total += sum(
+            float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:num_requests_running")
+        )
     return total
 
 
@@ -445,7 +447,8 @@ def test_rollback_playbook_serves_previous_then_current_again(first_run):
     # A "previous" image: the current one with another label (another image ID).
     ssh(
         2,
-        "printf 'FROM kunlun-serving:current\\nLABEL kf.e2e=previous\\n' | docker build -q -t kunlun-serving:previous -",
+        "printf 'FROM kunlun-serving:current\\nLABEL kf.e2e=previous\\n' "
+        "| docker build -q -t kunlun-serving:previous -",
     )
     previous, current = image_id(2, "kunlun-serving:previous"), image_id(2, "kunlun-serving:current")
     others = {i: unit_image(i) for i in (1, 3)}

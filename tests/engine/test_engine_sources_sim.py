@@ -41,7 +41,8 @@ INDEX, HOST = testing.lane_host(3)
 # What the engine stage may change, and what must stay as it was when it is not to change.
 SNAPSHOT = r"""
 echo "== packages"; dpkg-query -W -f '${Package} ${Version} ${db:Status-Status}\n' | sort | sha256sum
-dpkg-query -W -f '${Package} ${Version} ${db:Status-Status}\n' docker-ce docker-ce-cli containerd.io docker.io 2>&1 | sort
+dpkg-query -W -f '${Package} ${Version} ${db:Status-Status}\n' \
+  docker-ce docker-ce-cli containerd.io docker.io 2>&1 | sort
 for d in /etc/apt/sources.list.d /etc/apt/keyrings /etc/docker /etc/systemd/system/docker.service.d /home/docker; do
   echo "== $d"; [ -e "$d" ] && find "$d" -maxdepth 1 -printf '%p %y %m\n' | sort; done
 for f in /etc/apt/sources.list.d/* /etc/apt/keyrings/* /etc/docker/*; do [ -f "$f" ] && sha256sum "$f"; done
@@ -104,7 +105,11 @@ def play(playbooks, *args):
         proc.stdout,
         re.M,
     )
-    recap = dict(zip(("ok", "changed", "unreachable", "failed", "skipped"), map(int, recaps[-1]))) if recaps else {}
+    recap = (
+        dict(zip(("ok", "changed", "unreachable", "failed", "skipped"), map(int, recaps[-1]), strict=True))
+        if recaps
+        else {}
+    )
     return proc, recap
 
 
@@ -335,7 +340,7 @@ def test_bundle_debs_are_checked_on_the_controller_first(sim_fleet, debs_bundle,
             fh.write(b"\0")
     elif damage == "unlisted":
         manifest = debs_bundle / "MANIFEST.sha256"
-        manifest.write_text("".join(l for l in manifest.read_text().splitlines(True) if "debs/tini_" not in l))
+        manifest.write_text("".join(line for line in manifest.read_text().splitlines(True) if "debs/tini_" not in line))
     else:
         next(debs.glob("docker.io_*.deb")).unlink()
     before = on_host(SNAPSHOT).stdout

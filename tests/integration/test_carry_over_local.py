@@ -349,7 +349,7 @@ def run(argv):
         raise AssertionError(
             "ansible-playbook output not understood (rc=%d):\n%s\n%s"
             % (p.returncode, p.stdout[-3000:], p.stderr[-3000:])
-        )
+        ) from None
 
 
 def journal_phase(s):
@@ -468,7 +468,7 @@ def run_and_kill(argv, s, victim, predicate, deadline=300):
 
 
 def fstab_lines_for(s):
-    return [l for l in s.fstab.read_text().splitlines() if l.split()[1:2] == [str(s.src)]]
+    return [line for line in s.fstab.read_text().splitlines() if line.split()[1:2] == [str(s.src)]]
 
 
 def assert_carried(s, before):

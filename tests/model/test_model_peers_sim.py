@@ -51,7 +51,9 @@ def parse(stdout, stderr=""):
         start = stdout.index('{\n    "custom_stats"')
         return json.JSONDecoder().raw_decode(stdout[start:])[0]
     except ValueError as exc:
-        raise AssertionError("no JSON from ansible-playbook: %s\n%s\n%s" % (exc, stdout[-3000:], stderr[-3000:]))
+        raise AssertionError(
+            "no JSON from ansible-playbook: %s\n%s\n%s" % (exc, stdout[-3000:], stderr[-3000:])
+        ) from exc
 
 
 def results(run, task_part):
@@ -144,7 +146,7 @@ def test_dead_source_no_fallback_fails_then_next_run_resumes(restore):
     assert proc.returncode != 0
     failed = results(run, "No fallback allowed")
     assert sorted(failed) == ["kf-node-2", "kf-node-3"]
-    for host, res in failed.items():
+    for res in failed.values():
         assert "could not fetch %s from any source: kf-node-1 (http://172.31.250.11:8478/" % BIG in res["msg"], res
         assert "is kept; the next run continues it" in res["msg"]
     kept = dict((i, int(ssh(i, "stat -c %%s %s/%s" % (PARTIAL, BIG)).stdout)) for i in PULLERS)

@@ -42,7 +42,7 @@ def failures(out):
     """The failed tasks, each after its TASK line, and molecule's failed step: a failed
     verify is followed by destroy's output, which would push them out of the tail."""
     # Lines may carry molecule's border ("  │ ") when it decorates its output.
-    lines = [re.sub(r"^\s*│ ?", "", l) for l in out.splitlines()]
+    lines = [re.sub(r"^\s*│ ?", "", text) for text in out.splitlines()]
     task, found = "", []
     for i, line in enumerate(lines):
         if line.startswith("TASK ["):
@@ -52,7 +52,7 @@ def failures(out):
         elif ("CRITICAL" in line and "glob failed" not in line) or "ERROR]" in line:
             # Idempotence names the tasks that changed on the lines after it. (Every run
             # says it found no molecule/default: that one is not a failure.)
-            found += [line[:1500]] + [l[:300] for l in lines[i + 1 : i + 8] if l.lstrip().startswith("*")]
+            found += [line[:1500]] + [nxt[:300] for nxt in lines[i + 1 : i + 8] if nxt.lstrip().startswith("*")]
     return "\n".join(found[-20:]) or "(no failed task in the output)"
 
 

@@ -159,7 +159,7 @@ def test_a_stopped_server_and_a_device_in_error_raise_their_alerts(monitored):
     # (a row's accelerators are the driver stage's facts; the live device error is the
     # alert's). The one test of a stopped service through `kunlun-fleet status` on the sim
     # fleet; the row's fields are unit-tested in tests/unit/test_status.py.
-    line = {l.split(" ", 1)[0]: l for l in shown.splitlines() if l.startswith("kf-node-")}
+    line = {row.split(" ", 1)[0]: row for row in shown.splitlines() if row.startswith("kf-node-")}
     assert re.search(r"UNHEALTHY: .*kunlun-serve\.service is (inactive|failed)", line["kf-node-3"]), line
     assert "UNHEALTHY" not in line["kf-node-1"] and "UNHEALTHY" not in line["kf-node-2"], line
     # the host serves again (the next suites need the fleet served)

@@ -73,7 +73,7 @@ def run_play(tmp: Path, plays, extra_path=None, timeout=600):
         raise AssertionError(
             "no json from ansible-playbook (rc %s):\n%s\n%s"
             % (proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:])
-        )
+        ) from None
     return doc, proc
 
 

@@ -90,7 +90,7 @@ def fleet_memory_mib():
             ("/sys/fs/cgroup/docker/%s/memory.stat" % cid, "anon"),
         ):
             if os.path.exists(path):
-                stat = dict(l.split() for l in open(path).read().splitlines())
+                stat = dict(line.split() for line in open(path).read().splitlines())
                 used[name] = int(stat[key]) / 2**20
                 break
     return used

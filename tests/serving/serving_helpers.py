@@ -173,7 +173,9 @@ def finish(proc, timeout=120):
         doc = json.loads(out)
         result = doc["plays"][0]["tasks"][0]["hosts"]["localhost"]
     except (ValueError, KeyError, IndexError):
-        raise AssertionError("no task result from ansible-playbook (rc %s):\n%s\n%s" % (proc.returncode, out, err))
+        raise AssertionError(
+            "no task result from ansible-playbook (rc %s):\n%s\n%s" % (proc.returncode, out, err)
+        ) from None
     return result, out + err
 
 

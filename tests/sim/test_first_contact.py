@@ -101,7 +101,7 @@ def test_hostkeys_new_accepted_known_and_a_changed_key(sim_fleet, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert {h: s for h, (_, s) in statuses(proc.stdout).items()} == {h: "accepted" for h in HOSTS}
     lines = known.read_text().splitlines()
-    assert sorted(l.split()[0] for l in lines) == [host_address(i) for i in (1, 2, 3)]
+    assert sorted(line.split()[0] for line in lines) == [host_address(i) for i in (1, 2, 3)]
     assert stat.S_IMODE(known.stat().st_mode) == 0o600 and stat.S_IMODE(known.parent.stat().st_mode) == 0o700
 
     proc = kunlun_fleet("hostkeys", "-i", inv)
@@ -121,10 +121,10 @@ def test_hostkeys_new_accepted_known_and_a_changed_key(sim_fleet, tmp_path):
     assert "not-the-password-0" not in proc.stdout + proc.stderr
 
     # kf-node-2's line holds another host's key: CHANGED, refused, the file untouched.
-    by_address = {l.split()[0]: l for l in lines}
+    by_address = {line.split()[0]: line for line in lines}
     first, second = by_address[host_address(1)].split(), by_address[host_address(2)].split()
     tampered = " ".join(second[:2] + first[2:3])
-    known.write_text("".join((tampered if l == by_address[host_address(2)] else l) + "\n" for l in lines))
+    known.write_text("".join((tampered if line == by_address[host_address(2)] else line) + "\n" for line in lines))
     before = known.read_bytes()
     for extra in ([], ["--accept"]):
         proc = kunlun_fleet("hostkeys", "-i", inv, *extra)

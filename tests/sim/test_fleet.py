@@ -64,7 +64,9 @@ def shared_hosts():
         "ps", "-a", "--no-trunc", "--filter", "label=org.kunlun-fleet.sim", "--format", "{{.Names}} {{.ID}}"
     ).stdout
     return {
-        n: i for n, i in (l.split() for l in out.splitlines() if l.strip()) if n in ("kf-sim-1", "kf-sim-2", "kf-sim-3")
+        n: i
+        for n, i in (line.split() for line in out.splitlines() if line.strip())
+        if n in ("kf-sim-1", "kf-sim-2", "kf-sim-3")
     }
 
 

@@ -40,7 +40,7 @@ def status(*args, timeout=600):
         raise AssertionError(
             "kunlun-fleet status printed no JSON document (exit %d):\n%s\n%s"
             % (proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:])
-        )
+        ) from None
     return proc.returncode, doc, proc.stderr
 
 
@@ -68,7 +68,7 @@ def served(sim_fleet):
             raise AssertionError(
                 "kf-node-%d does not serve (%s): this suite runs after the e2e, which leaves the "
                 "fleet served; run `kunlun-fleet demo` first" % (i, exc)
-            )
+            ) from exc
 
 
 def test_every_host_healthy_and_nothing_changed(served):

@@ -311,7 +311,7 @@ def mounted(path):
 def fstab_has(path):
     try:
         with open("/etc/fstab") as fh:
-            return any(l.split()[1:2] == [path] for l in fh if l.strip() and not l.startswith("#"))
+            return any(line.split()[1:2] == [path] for line in fh if line.strip() and not line.startswith("#"))
     except OSError:
         return False
 

@@ -180,7 +180,8 @@ RUN ["/bin/sh", "-c", "echo hello from a layer > /hello && mkdir -p /d/sub && ec
 RUN ["/bin/sh", "-c", "rm /gone && rm -r /d && mkdir /d && echo new > /d/y"]
 EOF
 DOCKER_BUILDKIT=0 docker build -q --network none -t kf-seed/layered:1 /tmp/kf-build >/dev/null
-docker create --name kf-seed-ctr --network none kf-seed/layered:1 /bin/sh -c 'cat /hello /d/y; test ! -e /gone && test ! -e /d/sub && echo whiteouts-ok' >/dev/null
+docker create --name kf-seed-ctr --network none kf-seed/layered:1 \
+  /bin/sh -c 'cat /hello /d/y; test ! -e /gone && test ! -e /d/sub && echo whiteouts-ok' >/dev/null
 docker images --format '{{.Repository}}:{{.Tag}} {{.ID}}' | sort
 """
 

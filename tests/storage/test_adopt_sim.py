@@ -58,7 +58,7 @@ def test_adopts_a_delivered_xfs_home_grows_it_and_keeps_the_data(fresh_host):
     # Asked to: fstab by UUID, the rest of the line kept; then nothing to change again.
     proc, rec = stage("storage.yml", "-e", "storage_fstab_by_uuid=true")
     assert proc.returncode == 0 and rec["changed"] == 1, (rec, proc.stdout[-4000:])
-    lines = [l.split() for l in sh("cat /etc/fstab").stdout.splitlines() if " /home " in l]
+    lines = [line.split() for line in sh("cat /etc/fstab").stdout.splitlines() if " /home " in line]
     assert lines == [["UUID=%s" % uuid, "/home", "xfs", "defaults", "0", "2"]], lines
     proc, rec = stage("storage.yml", "-e", "storage_fstab_by_uuid=true")
     assert proc.returncode == 0 and rec["changed"] == 0, (rec, proc.stdout[-4000:])

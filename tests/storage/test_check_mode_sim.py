@@ -1,10 +1,11 @@
 """--check --diff of storage + engine on a fresh host with content changes nothing, and
 announces the changes the real run then makes; the second real run changes nothing.
 
-The suite's host (kf-node-2, or a scratch lane's) is reset with home_content and docker_content. Snapshot (pvs/vgs/lvs, disks,
-findmnt, /etc/fstab, daemon.json, a checksum list of /home, a listing of /var/lib/docker,
-images, units, packages) before and after the check run must be identical. Per-task
-results come from the ansible.posix.json callback."""
+The suite's host (kf-node-2, or a scratch lane's) is reset with home_content and
+docker_content. Snapshot (pvs/vgs/lvs, disks, findmnt, /etc/fstab, daemon.json, a
+checksum list of /home, a listing of /var/lib/docker, images, units, packages) before and
+after the check run must be identical. Per-task results come from the ansible.posix.json
+callback."""
 
 import json
 

@@ -125,7 +125,7 @@ def test_parse_and_match_known_hosts(tmp_path, keys):
     hashed = tmp_path / "hashed"
     hashed.write_text(line("10.0.0.9", 22, ed))
     subprocess.run(["ssh-keygen", "-q", "-H", "-f", str(hashed)], check=True, capture_output=True)
-    hashed_line = next(l for l in hashed.read_text().splitlines() if l.startswith("|1|"))
+    hashed_line = next(line for line in hashed.read_text().splitlines() if line.startswith("|1|"))
     text = (
         "# a comment\n\n"
         "10.0.0.1,node-1 %s %s\n"
@@ -211,7 +211,7 @@ def test_changed_key_is_refused_and_nothing_is_written(tmp_path, server, keys):
     assert hostkeys.fingerprint(keys["ed2"]) in message  # recorded
     assert hostkeys.fingerprint(keys["ed1"]) in message  # offered
     assert "line 2" in message and "out of band" in message
-    fix = next(l.strip() for l in message.splitlines() if l.strip().startswith("ssh-keygen -R"))
+    fix = next(line.strip() for line in message.splitlines() if line.strip().startswith("ssh-keygen -R"))
     assert fix == "ssh-keygen -R %s -f %s" % (
         shlex.quote("[127.0.0.1]:%d" % server.port),
         shlex.quote(hostkeys._display(path)),
@@ -307,8 +307,8 @@ def inventory(tmp_path, port, name="inv"):
     )
     (inv / "group_vars" / "all" / "connection.yml").write_text(
         "---\ntest_ssh_port: %d\nansible_user: root\nansible_ssh_private_key_file: %s/id_test\n"
-        "ansible_ssh_common_args: -o UserKnownHostsFile={{ inventory_dir }}/.ssh/known_hosts -o StrictHostKeyChecking=yes\n"
-        % (port, inv)
+        "ansible_ssh_common_args: -o UserKnownHostsFile={{ inventory_dir }}/.ssh/known_hosts "
+        "-o StrictHostKeyChecking=yes\n" % (port, inv)
     )
     vault.ensure_api_key(str(inv))  # group_vars/all/vault.yml, inline !vault
     return inv
@@ -333,7 +333,7 @@ def test_hostkeys_command_on_an_inventory(tmp_path, server, keys, capsys):
 
     code, out, err = run_cli(capsys, "hostkeys", "-i", str(inv))
     assert code == 1 and not known.exists()
-    assert [l.split()[-1] for l in out.splitlines()[1:3]] == ["new", "new"]
+    assert [line.split()[-1] for line in out.splitlines()[1:3]] == ["new", "new"]
     assert fp in out and "ssh-ed25519" in out and "2 new host key(s), not accepted yet" in out
     assert "note: Ansible does not read" not in err  # the inventory points Ansible at the file
 
@@ -410,7 +410,7 @@ def test_bootstrap_refuses_before_any_login(tmp_path, server, keys, capsys, monk
     assert not (tmp_path / "checkout" / "reports").exists()
     # No ansible_ssh_private_key_file at all.
     conn = inv / "group_vars" / "all" / "connection.yml"
-    conn.write_text("\n".join(l for l in conn.read_text().splitlines() if "private_key" not in l) + "\n")
+    conn.write_text("\n".join(line for line in conn.read_text().splitlines() if "private_key" not in line) + "\n")
     code, out, err = run_cli(capsys, "bootstrap", "-i", str(inv), "--password-file", str(pw))
     assert code == 3 and "sets no ansible_ssh_private_key_file" in err
 
@@ -444,7 +444,7 @@ def test_bootstrap_playbook_keeps_host_key_checking_and_names_no_password():
     text = (ROOT / "playbooks" / "bootstrap.yml").read_text()
     assert "StrictHostKeyChecking=yes" in text and "StrictHostKeyChecking=no" not in text
     assert "host_key_checking" not in text and "accept-new" not in text
-    body = "\n".join(l for l in text.splitlines() if not l.lstrip().startswith("#"))
+    body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
     for name in ("ansible_password", "ansible_ssh_pass:", "ansible_ssh_password:", "ansible_become_pass"):
         assert name not in body
     assert "visudo -cf %s" in body and "NOPASSWD" in body

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from kunlun_fleet import monitoring
-from promtool_helper import PROMTOOL_FIX, promtool
+from promtool_helper import promtool
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "monitoring" / "kunlun-fleet.rules.test.yml"
 

@@ -3,7 +3,6 @@ module against in-process /metrics servers: batch sizes under the max-unavailabl
 (3 and 40 hosts), the per-host capacity read from a real bench results.json's curve, and
 a batch that would overload the rest held back, then let go, or stopping the rollout."""
 
-import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from unittest import mock

@@ -1,4 +1,4 @@
-"""kunlun_fleet/runner.py: deploy, stage and bench through ansible-runner. Real runs of tiny
+"""kunlun_fleet/runner/: deploy, stage and bench through ansible-runner. Real runs of tiny
 playbooks in a tree of their own (KUNLUN_FLEET_ROOT) against local hosts: the run reports,
 the exit codes (ok, failed, refused, unreachable, interrupted), the output modes, the resume
 command, --from/--only, the rotation of run directories and `kunlun-fleet runs`."""

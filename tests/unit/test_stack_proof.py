@@ -357,7 +357,7 @@ def test_command_has_the_serving_container_s_options():
         ["seccomp=unconfined"],
         ["/usr/local/bin/xpu-smi:/usr/local/bin/xpu-smi:ro"],
     )
-    pairs = list(zip(cmd, cmd[1:]))
+    pairs = list(zip(cmd, cmd[1:], strict=False))
     for pair in (
         ("--shm-size", "32g"),
         ("--cap-add", "SYS_PTRACE"),

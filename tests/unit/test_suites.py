@@ -58,7 +58,7 @@ def run_sample(tmp_path, **env):
         text=True,
         timeout=120,
     )
-    events = [json.loads(l) for l in log.read_text().splitlines()] if log.exists() else []
+    events = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     return proc, {e["nodeid"].split("::")[-1]: e for e in events}
 
 
@@ -106,7 +106,7 @@ def test_a_suite_outcome_is_its_tests_worst_phase(tmp_path):
         {"nodeid": "b", "when": "setup", "outcome": "skipped", "reason": "no XFS"},
         {"nodeid": "c", "when": "call", "outcome": "passed"},
     ]
-    log.write_text("".join(json.dumps(l) + "\n" for l in lines))
+    log.write_text("".join(json.dumps(line) + "\n" for line in lines))
     r = suites.summarize(suites.Suite("s", "local", ["x"]), 0, 1.0, log)
     assert (r["passed"], r["failed"], r["skipped"], r["result"]) == (1, 1, 1, "FAILED")
     assert r["skips"] == [("b", "no XFS")]
@@ -154,7 +154,7 @@ def test_background_lanes_run_beside_the_phases_at_a_lower_priority(tmp_path, mo
     assert suites.main(["--only", "p1,p2,bg,late"]) == 0
 
     def times(name):
-        lines = [l.split() for l in (tmp_path / name).read_text().splitlines()]
+        lines = [row.split() for row in (tmp_path / name).read_text().splitlines()]
         return float(lines[0][1]), int(lines[0][3]), float(lines[1][1]), lines[0][4]
 
     p1, p2, bg, late = times("p1"), times("p2"), times("bg"), times("late")
@@ -169,9 +169,9 @@ def test_background_lanes_run_beside_the_phases_at_a_lower_priority(tmp_path, mo
         # (This test may itself run in a background lane: the phase's suite then stays in
         # the group it was started from, ours.)
         own = [
-            l.split(":", 2)[2]
-            for l in open("/proc/self/cgroup").read().splitlines()
-            if l.split(":")[1] in ("cpu", "cpu,cpuacct", "")
+            entry.split(":", 2)[2]
+            for entry in open("/proc/self/cgroup").read().splitlines()
+            if entry.split(":")[1] in ("cpu", "cpu,cpuacct", "")
         ][0]
         assert bg[3].endswith("/" + suites.BACKGROUND_CGROUP), bg
         assert p1[3] == own, (p1, own)

@@ -46,7 +46,8 @@ def test_findmnt_takes_the_top_of_stacked_mounts():
     "text, ftype",
     [
         (
-            "meta-data=/dev/mapper/data-home isize=512 agcount=14\nnaming   =version 2 bsize=4096 ascii-ci=0, ftype=1\n",
+            "meta-data=/dev/mapper/data-home isize=512 agcount=14\n"
+            "naming   =version 2 bsize=4096 ascii-ci=0, ftype=1\n",
             1,
         ),
         ("naming   =version 2              bsize=4096   ascii-ci=0, ftype=0\n", 0),

@@ -97,7 +97,10 @@ quiet=n; noexec=n; keep=n; target=""
 while [ $# -gt 0 ]; do
     case "$1" in
         -h|--help) usage; exit 0 ;;
-        --info) echo "Identification: $label"; echo "Target directory: xpytorch_unpack"; echo "Script run after extraction: $script"; echo "Uncompressed size: $filesize bytes"; exit 0 ;;
+        --info)
+            echo "Identification: $label"; echo "Target directory: xpytorch_unpack"
+            echo "Script run after extraction: $script"; echo "Uncompressed size: $filesize bytes"
+            exit 0 ;;
         --list) payload | gzip -cd | tar tvf -; exit $? ;;
         --check) check && echo "SHA256 checksums are OK." ; exit $? ;;
         -q|--quiet) quiet=y; shift ;;

@@ -12,7 +12,11 @@ It reads EngineArgs.add_cli_args / make_arg_parser (flags, short aliases) and th
 dataclasses (types, Literal choices) with the ast module, without importing vllm.
 """
 
-import ast, json, sys, pathlib, re
+import ast
+import json
+import pathlib
+import re
+import sys
 
 root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/vsrc")
 # Literal aliases across the tree
@@ -90,7 +94,7 @@ def scan(fn_node, kwmap):
             for kw in n.keywords:
                 v = kw.value
                 if kw.arg is None and isinstance(v, ast.Dict):
-                    for k2, v2 in zip(v.keys, v.values):
+                    for k2, v2 in zip(v.keys, v.values, strict=True):
                         if k2 is None and isinstance(v2, ast.Subscript):
                             v = v2
                 if kw.arg is None and isinstance(v, ast.Subscript):

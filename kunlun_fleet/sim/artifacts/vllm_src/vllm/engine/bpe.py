@@ -51,7 +51,7 @@ def bytes_to_unicode() -> dict:
             bs.append(b)
             cs.append(256 + n)
             n += 1
-    return dict(zip(bs, map(chr, cs)))
+    return dict(zip(bs, map(chr, cs), strict=True))
 
 
 BYTE_CHARS = bytes_to_unicode()
@@ -67,7 +67,7 @@ def train(words) -> list:
     counts = collections.Counter()
     where = collections.defaultdict(set)
     for i, seq in enumerate(seqs):
-        for pair in zip(seq, seq[1:]):
+        for pair in zip(seq, seq[1:], strict=False):
             counts[pair] += 1
             where[pair].add(i)
     merges = []
@@ -77,7 +77,7 @@ def train(words) -> list:
         joined = best[0] + best[1]
         for i in sorted(where.pop(best, ())):
             seq = seqs[i]
-            for pair in zip(seq, seq[1:]):
+            for pair in zip(seq, seq[1:], strict=False):
                 counts[pair] -= 1
                 if counts[pair] <= 0:
                     del counts[pair]
@@ -90,7 +90,7 @@ def train(words) -> list:
                     out.append(seq[j])
                     j += 1
             seqs[i] = out
-            for pair in zip(out, out[1:]):
+            for pair in zip(out, out[1:], strict=False):
                 counts[pair] += 1
                 where[pair].add(i)
         counts.pop(best, None)
@@ -174,7 +174,7 @@ class Encoder:
             return n
         seq = list(to_byte_level(piece))
         while len(seq) > 1:
-            ranked = [(self.ranks.get(p), i) for i, p in enumerate(zip(seq, seq[1:])) if p in self.ranks]
+            ranked = [(self.ranks.get(p), i) for i, p in enumerate(zip(seq, seq[1:], strict=False)) if p in self.ranks]
             if not ranked:
                 break
             best = seq[min(ranked)[1]], seq[min(ranked)[1] + 1]

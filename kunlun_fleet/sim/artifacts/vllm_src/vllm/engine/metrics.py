@@ -98,7 +98,7 @@ class Histogram:
 
     def render(self, labels):
         out = [f"# HELP {self.name} {self.doc}", f"# TYPE {self.name} histogram"]
-        for bound, count in zip(self.buckets, self.counts):
+        for bound, count in zip(self.buckets, self.counts, strict=True):
             out.append(f'{self.name}_bucket{{{labels},le="{float(bound)}"}} {float(count)}')
         out.append(f'{self.name}_bucket{{{labels},le="+Inf"}} {float(self.total)}')
         out.append(f"{self.name}_count{{{labels}}} {float(self.total)}")
@@ -231,7 +231,8 @@ class Metrics:
         gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", self.waiting)
         gauge(
             "vllm:engine_sleep_state",
-            "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.",
+            "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; "
+            "weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.",
             1,
         )
         gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", self.kv)

@@ -62,7 +62,7 @@ def installed_source():
     try:
         dist = importlib.metadata.distribution("transformers")
     except importlib.metadata.PackageNotFoundError:
-        raise ModuleNotFoundError("No module named 'transformers'", name="transformers")
+        raise ModuleNotFoundError("No module named 'transformers'", name="transformers") from None
     path = str(dist.locate_file(SOURCE))
     if not os.path.isfile(path):
         raise ModuleNotFoundError(

@@ -240,7 +240,7 @@ class Server:
                         {},
                         {"error": getattr(exc, "msg", str(exc))},
                     ),
-                )
+                ) from exc
             if not isinstance(request, dict):
                 # vllm 0.15.1's handlers fail on it: Starlette's plain 500 (seen on the real server).
                 await conn.send(500, b"Internal Server Error", "text/plain; charset=utf-8")
@@ -703,7 +703,7 @@ async def run_server(args) -> None:
     start = time.monotonic()
     logger.info("Starting to load model %s...", model_dir)
     shards = model_check.read_safetensors(model_dir)
-    for index in range(len(shards)):
+    for _index in range(len(shards)):
         await asyncio.sleep(load_seconds / max(len(shards), 1) * 0.85)
     logger.info("Loading weights took %.2f seconds", time.monotonic() - start)
     logger.info(

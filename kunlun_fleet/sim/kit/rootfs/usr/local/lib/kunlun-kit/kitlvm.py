@@ -289,7 +289,7 @@ def lv_table():
             entry["error"] = entry["error"] or "no segments"
             continue
         pv = segs[0][2]
-        for prev, cur in zip(segs, segs[1:]):
+        for prev, cur in zip(segs, segs[1:], strict=False):
             if cur[2] != pv or cur[3] != prev[3] + prev[1]:
                 entry["error"] = "extents not contiguous on one PV"
         if pv not in pvs:
@@ -326,7 +326,7 @@ def make_links(entry, name):
 def remove_stale_links(active):
     """Remove /dev/VG/LV and /dev/mapper links that no longer name an active LV."""
     wanted = set()
-    for entry, name in active:
+    for entry, _name in active:
         wanted.add("/dev/%s/%s" % (entry["vg"], entry["lv"]))
         wanted.add("/dev/mapper/%s" % mapper_name(entry["vg"], entry["lv"]))
     for base in ["/dev/mapper"] + ["/dev/" + d for d in os.listdir("/dev")]:
@@ -659,7 +659,7 @@ def report(cmd, args):
             if new != attr:
                 body = re.sub(
                     r"(^|%s|\s)%s(?=%s|\s|$)" % (re.escape(s_), re.escape(attr), re.escape(s_)),
-                    lambda mm: mm.group(1) + new,
+                    lambda mm, new=new: mm.group(1) + new,
                     body,
                     count=1,
                 )
@@ -747,7 +747,7 @@ def run_real(cmd, args):
 
 
 def quiet_stderr(text):
-    return "".join(l + "\n" for l in text.splitlines() if not NOISE.match(l))
+    return "".join(line + "\n" for line in text.splitlines() if not NOISE.match(line))
 
 
 def cmd_lvcreate(args):
@@ -838,7 +838,7 @@ def cmd_change(cmd, args):
     }
     changes = []
     skip = False
-    for i, arg in enumerate(rest):
+    for arg in rest:
         if skip:
             skip = False
             continue
@@ -931,10 +931,10 @@ def cmd_boot():
     rc = 0
     try:
         with open("/etc/fstab") as fh:
-            entries = [l.split() for l in fh if l.strip() and not l.lstrip().startswith("#")]
+            entries = [line.split() for line in fh if line.strip() and not line.lstrip().startswith("#")]
     except OSError:
         entries = []
-    mounted = {f[4] for f in (l.split() for l in open("/proc/self/mountinfo"))}
+    mounted = {f[4] for f in (line.split() for line in open("/proc/self/mountinfo"))}
     for fields in entries:
         if len(fields) < 3:
             continue
