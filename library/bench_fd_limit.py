@@ -41,7 +41,7 @@ options:
     type: int
     default: 1024
 author:
-  - kunlun-fleet contributors
+  - kunlun-fleet contributors (@kunlun-fleet)
 """
 
 EXAMPLES = r"""

@@ -138,7 +138,7 @@ options:
 notes:
   - Check mode - measures nothing, reads nothing, and says so.
 author:
-  - kunlun-fleet contributors
+  - kunlun-fleet contributors (@kunlun-fleet)
 """
 
 EXAMPLES = r"""

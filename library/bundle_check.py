@@ -68,7 +68,7 @@ options:
     type: dict
     default: {}
 author:
-  - kunlun-fleet contributors
+  - kunlun-fleet contributors (@kunlun-fleet)
 """
 
 EXAMPLES = r"""

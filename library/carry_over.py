@@ -38,7 +38,7 @@ description:
     when I(src) has other filesystems mounted below it, or when processes hold files
     below I(src) open for writing.
 version_added: "0.1.0"
-author: kunlun-fleet
+author: kunlun-fleet contributors (@kunlun-fleet)
 options:
   src:
     description: Directory whose content is carried. Never deleted or changed.
@@ -300,7 +300,7 @@ class Carry(object):
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        for _ in range(100):
+        for _attempt in range(100):
             if not rsync_pids_for(target):
                 break
             time.sleep(0.1)

@@ -30,7 +30,7 @@ options:
     type: str
     default: data
 author:
-  - kunlun-fleet contributors
+  - kunlun-fleet contributors (@kunlun-fleet)
 """
 
 EXAMPLES = r"""

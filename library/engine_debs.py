@@ -33,7 +33,7 @@ options:
     elements: str
     default: []
 author:
-  - kunlun-fleet contributors
+  - kunlun-fleet contributors (@kunlun-fleet)
 """
 
 EXAMPLES = r"""
@@ -113,7 +113,7 @@ def installed_versions(module, dpkg_query, names):
 
 def newer(module, dpkg, a, b):
     """Whether version a is newer than version b."""
-    rc, _, _ = run(module, [dpkg, "--compare-versions", a, "gt", b])
+    rc, _out, _err = run(module, [dpkg, "--compare-versions", a, "gt", b])
     return rc == 0
 
 

@@ -47,7 +47,7 @@ options:
     type: int
     default: 30
 author:
-  - kunlun-fleet contributors
+  - kunlun-fleet contributors (@kunlun-fleet)
 """
 
 EXAMPLES = r"""
@@ -194,7 +194,7 @@ def has_content(path):
     """Whether the directory holds any entry (absent: no); other errors are raised."""
     try:
         with os.scandir(path) as entries:
-            return any(True for _ in entries)
+            return any(True for _entry in entries)
     except (IOError, OSError) as exc:
         if exc.errno == errno.ENOENT:
             return False
@@ -222,7 +222,7 @@ def running_engine(module, timeout):
     limiter = module.get_bin_path("timeout")
     if limiter:
         argv = [limiter, str(timeout)] + argv
-    rc, out, _ = module.run_command(argv)
+    rc, out, _err = module.run_command(argv)
     if rc != 0:
         return {}
     try:

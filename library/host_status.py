@@ -77,7 +77,7 @@ options:
     type: int
     default: 10
 author:
-  - kunlun-fleet contributors
+  - kunlun-fleet contributors (@kunlun-fleet)
 """
 
 EXAMPLES = r"""
@@ -209,7 +209,7 @@ def parse_os_release(text):
         line = line.strip()
         if not line or line.startswith("#") or "=" not in line:
             continue
-        key, _, value = line.partition("=")
+        key, _sep, value = line.partition("=")
         try:
             parts = shlex.split(value)
         except ValueError:
@@ -247,7 +247,7 @@ def parse_mountinfo(text, mount_point):
     for line in text.splitlines():
         if " - " not in line:
             continue
-        left, _, right = line.partition(" - ")
+        left, _sep, right = line.partition(" - ")
         left, right = left.split(), right.split()
         if len(left) < 5 or len(right) < 2:
             continue

@@ -51,7 +51,7 @@ options:
     type: float
     default: 0.8
 author:
-  - kunlun-fleet contributors
+  - kunlun-fleet contributors (@kunlun-fleet)
 """
 
 EXAMPLES = r"""

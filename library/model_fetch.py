@@ -70,7 +70,7 @@ options:
     description: Group of the fetched files.
     type: str
 author:
-  - kunlun-fleet contributors
+  - kunlun-fleet contributors (@kunlun-fleet)
 """
 
 EXAMPLES = r"""

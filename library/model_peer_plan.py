@@ -46,7 +46,7 @@ options:
     type: bool
     default: true
 author:
-  - kunlun-fleet contributors
+  - kunlun-fleet contributors (@kunlun-fleet)
 """
 
 EXAMPLES = r"""

@@ -21,7 +21,7 @@ description:
     other settings is restarted).
   - C(state=stopped) stops the unit and returns what it served (bytes, peak concurrent transfers, per client).
 author:
-  - kunlun-fleet contributors
+  - kunlun-fleet contributors (@kunlun-fleet)
 options:
   state:
     description: Whether the share runs.
@@ -109,7 +109,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 
 def _active(module, systemctl, unit):
-    rc, out, _ = module.run_command([systemctl, "is-active", unit + ".service"])
+    rc, out, _err = module.run_command([systemctl, "is-active", unit + ".service"])
     return out.strip() in ("active", "activating", "reloading")
 
 
@@ -230,7 +230,9 @@ def main():
     deadline = time.time() + p["wait"]
     while not _answers(p["address"], p["port"]):
         if time.time() > deadline or not _active(module, systemctl, p["unit"]):
-            _, journal, _ = module.run_command(["journalctl", "--no-pager", "-n", "20", "-u", p["unit"] + ".service"])
+            _rc, journal, _err = module.run_command(
+                ["journalctl", "--no-pager", "-n", "20", "-u", p["unit"] + ".service"]
+            )
             module.run_command([systemctl, "stop", p["unit"] + ".service"])
             module.fail_json(
                 msg="The model share %s.service does not answer on %s:%d after %ds (port taken, or the "

@@ -50,7 +50,7 @@ options:
     type: bool
     default: true
 author:
-  - kunlun-fleet contributors
+  - kunlun-fleet contributors (@kunlun-fleet)
 """
 
 EXAMPLES = r"""

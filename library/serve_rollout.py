@@ -24,7 +24,7 @@ description:
   - I(mode=gate) runs before a batch. When taking I(hosts) out would overload the rest it waits, polling every
     I(interval) seconds for at most I(timeout) seconds, then fails (the rollout stops; the batch was not touched).
   - Changes nothing. In check mode the gate does not wait and never fails; it reports what it would do.
-  - Standard library only (urllib, threads); Python 3.8+.
+  - Reads with ansible-core's C(open_url) (urllib) in threads, no other dependency; Python 3.8+.
 options:
   mode:
     description: C(plan) (the batches) or C(gate) (before one batch).
@@ -72,7 +72,7 @@ options:
     description: Seconds one C(/metrics) read may take.
     type: float
     default: 5
-author: kunlun-fleet contributors
+author: kunlun-fleet contributors (@kunlun-fleet)
 """
 
 EXAMPLES = r"""
@@ -145,10 +145,10 @@ msg:
 """
 
 import time
-import urllib.request as urllib_request
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import open_url
 from ansible.module_utils.rollout_capacity import assess, describe, host_capacity, in_flight, plan
 
 
@@ -158,7 +158,8 @@ def read_loads(workers, request_timeout):
     def one(item):
         host, url = item
         try:
-            with urllib_request.urlopen(url.rstrip("/") + "/metrics", timeout=request_timeout) as resp:
+            # As a plain urlopen: environment proxies, no credentials from ~/.netrc.
+            with open_url(url.rstrip("/") + "/metrics", timeout=request_timeout, use_netrc=False) as resp:
                 return host, in_flight(resp.read().decode("utf-8", "replace"))
         except Exception:  # noqa: BLE001 - any failure means: not serving now
             return host, None

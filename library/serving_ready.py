@@ -104,7 +104,7 @@ options:
 notes:
   - Check mode - a single probe of C(/v1/models), no wait, no completion, no failure.
 author:
-  - kunlun-fleet contributors
+  - kunlun-fleet contributors (@kunlun-fleet)
 """
 
 EXAMPLES = r"""
@@ -543,7 +543,7 @@ def main():
             interval=dict(type="float", default=5.0),
             request_timeout=dict(type="float", default=120.0),
             prompt=dict(type="str", default="Write one short sentence about the sea."),
-            max_tokens=dict(type="int", default=32),
+            max_tokens=dict(type="int", default=32, no_log=False),  # a count, not a secret
             ignore_eos=dict(type="bool", default=False),
             stream=dict(type="bool", default=True),
             failed_command=dict(type="str"),

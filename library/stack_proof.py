@@ -128,7 +128,7 @@ options:
     elements: str
     default: []
 author:
-  - kunlun-fleet contributors
+  - kunlun-fleet contributors (@kunlun-fleet)
 """
 
 EXAMPLES = r"""
@@ -236,7 +236,7 @@ def host_devices(dev_dir="/dev"):
         match = _XPU_NODE.match(os.path.basename(path))
         if match:
             nodes.append((int(match.group(1)), path))
-    paths = [path for _, path in sorted(nodes)]
+    paths = [path for _index, path in sorted(nodes)]
     ctrl = os.path.join(dev_dir, "xpuctrl")
     if os.path.exists(ctrl):
         paths.append(ctrl)

@@ -46,7 +46,7 @@ options:
     type: int
     default: 8
 author:
-  - kunlun-fleet contributors
+  - kunlun-fleet contributors (@kunlun-fleet)
 """
 
 EXAMPLES = r"""

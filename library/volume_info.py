@@ -36,7 +36,7 @@ options:
     type: path
     default: /etc/fstab
 author:
-  - kunlun-fleet contributors
+  - kunlun-fleet contributors (@kunlun-fleet)
 """
 
 EXAMPLES = r"""
@@ -199,7 +199,7 @@ def read(module, mount_point, lv, fstab="/etc/fstab"):
     def run(argv):
         return module.run_command(argv, environ_update={"LC_ALL": "C"})
 
-    vg_name, _, lv_name = lv.partition("/")
+    vg_name, _sep, lv_name = lv.partition("/")
     lv_path = "/dev/%s/%s" % (vg_name, lv_name)
 
     rc, out, err = run(["findmnt", "-J", "--output", "SOURCE,FSTYPE,OPTIONS,MAJ:MIN", "--mountpoint", mount_point])
@@ -207,7 +207,7 @@ def read(module, mount_point, lv, fstab="/etc/fstab"):
         module.fail_json(msg="findmnt %s failed: %s" % (mount_point, err.strip()))
     mount = parse_findmnt_json(out) if rc == 0 else {}
     if mount:
-        rc, out, _ = run(["blkid", "-p", "-o", "value", "-s", "UUID", mount["source"]])
+        rc, out, _err = run(["blkid", "-p", "-o", "value", "-s", "UUID", mount["source"]])
         mount["uuid"] = out.strip() if rc == 0 else ""
 
     # A host without the LVM tools (a bare server before the storage stage installs them;
@@ -220,7 +220,7 @@ def read(module, mount_point, lv, fstab="/etc/fstab"):
     # activated cannot be mounted).
     lv_info = {"path": lv_path, "exists": lvm and os.path.exists(lv_path), "uuid": "", "fstype": "", "size_bytes": 0}
     if lv_info["exists"]:
-        rc, out, _ = run(["lvs", "--noheadings", "--nosuffix", "--units", "b", "--options", "lv_size", lv])
+        rc, out, _err = run(["lvs", "--noheadings", "--nosuffix", "--units", "b", "--options", "lv_size", lv])
         lv_info["size_bytes"] = parse_lvs_size(out) if rc == 0 else 0
         rc, out, err = run(["blkid", "-p", "-o", "export", lv_path])
         # 2: no signature on the volume (not made yet).
@@ -231,7 +231,7 @@ def read(module, mount_point, lv, fstab="/etc/fstab"):
 
     ftype = None
     if mount.get("fstype") == "xfs" and module.get_bin_path("xfs_info"):
-        rc, out, _ = run(["xfs_info", mount_point])
+        rc, out, _err = run(["xfs_info", mount_point])
         ftype = parse_xfs_ftype(out) if rc == 0 else None
     return {
         "mount": mount,

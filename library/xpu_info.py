@@ -23,7 +23,7 @@ description:
     none of xpu-smi's header, C(xpu-smi -q) and C(/proc/kunlun/version) gives an XRE
     release; the message names what each of them printed.
 version_added: "1.0.0"
-author: kunlun-fleet contributors
+author: kunlun-fleet contributors (@kunlun-fleet)
 options:
   xpu_smi_path:
     description:
@@ -61,10 +61,13 @@ options:
     type: int
 attributes:
   check_mode:
+    description: Only reads, so check mode runs the same commands and returns the same facts.
     support: full
   diff_mode:
+    description: Changes nothing, so there is no diff to show.
     support: none
   facts:
+    description: Returns what it found as C(ansible_facts) (C(xpu_device_count), C(xpu_devices), ...).
     support: full
 notes:
   - A device whose table fields read C(ERR!), or whose C(/proc/xpu/devN/state) is not

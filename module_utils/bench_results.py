@@ -198,7 +198,7 @@ def parse_prometheus(text):
 
 def _label(labels, key):
     for part in labels.split(","):
-        k, _, v = part.partition("=")
+        k, _sep, v = part.partition("=")
         if k.strip() == key:
             return v.strip().strip('"')
     return None

@@ -300,11 +300,11 @@ def compare_scans(src, dst, limit=20):
             what = [n for n, x, y in zip(names, a, b) if x != y]
             diffs.append("%s: %s differ" % (display(rel), ", ".join(what)))
     ga, gb = src.link_groups(), dst.link_groups()
-    for g in sorted(ga - gb, key=lambda g: sorted(g)):
+    for g in sorted(ga - gb, key=sorted):
         count += 1
         if len(diffs) < limit:
             diffs.append("hard-link group not preserved: %s" % ", ".join(display(p) for p in sorted(g)))
-    for g in sorted(gb - ga, key=lambda g: sorted(g)):
+    for g in sorted(gb - ga, key=sorted):
         count += 1
         if len(diffs) < limit:
             diffs.append("hard-link group only in the copy: %s" % ", ".join(display(p) for p in sorted(g)))
@@ -435,12 +435,12 @@ def parse_mountinfo(text):
     for line in text.splitlines():
         if not line.strip():
             continue
-        left, _, right = line.partition(" - ")
+        left, _sep, right = line.partition(" - ")
         f = left.split()
         r = right.split()
         if len(f) < 6 or len(r) < 2:
             continue
-        major, _, minor = f[2].partition(":")
+        major, _sep, minor = f[2].partition(":")
         out.append(
             {
                 "mount_point": _unescape(f[4]),

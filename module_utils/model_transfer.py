@@ -127,8 +127,8 @@ def _split(url):
     if not url.startswith("http://"):
         raise ValueError("only http:// sources are supported, not %r" % url)
     rest = url[len("http://") :]
-    hostport, _, base = rest.partition("/")
-    host, _, port = hostport.rpartition(":")
+    hostport, _sep, base = rest.partition("/")
+    host, _sep, port = hostport.rpartition(":")
     if not host:
         host, port = port, "80"
     return host.strip("[]"), int(port), "/" + base.strip("/")
@@ -253,7 +253,7 @@ class Fetcher(object):
                 continue
             busy_since = None
             if answer[0] == "complete":
-                digest, _ = _hash_prefix(partial)
+                digest, _size = _hash_prefix(partial)
             else:
                 digest = answer[0]
             found = digest.hexdigest()

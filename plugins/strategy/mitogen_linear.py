@@ -4,7 +4,28 @@
 # unchanged site.yml re-run takes a fraction of the time (docs/performance.md has the
 # figures). The package comes from requirements.txt; this file only makes the strategy
 # loadable from the project, whatever the Python version's site-packages path.
+#
+# Copyright: kunlun-fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+name: mitogen_linear
+short_description: Ansible's linear strategy on Mitogen's connection layer
+description:
+  - Runs each task on all hosts of the batch before the next task, as Ansible's C(linear) strategy, over
+    Mitogen's connection layer - one Python interpreter per host for the whole run, each module sent once,
+    instead of an SSH exec and a module upload per task.
+  - Lists the installed collections once per run, before the workers are forked, where Mitogen would list them
+    again in every worker that runs a collection's module; the paths it puts on the target's import path are
+    the same.
+  - Needs the C(mitogen) package (the project's requirements.txt pins it). Without it the plugin fails to load
+    with an error naming the fix (C(make setup), or C(ANSIBLE_STRATEGY=linear)).
+version_added: "0.1.0"
+author:
+  - kunlun-fleet contributors (@kunlun-fleet)
+"""
 
 try:
     import ansible_mitogen.loaders

@@ -15,6 +15,7 @@ from openai import OpenAI
 
 import openai
 from kunlun_fleet.sim.artifacts.model import build_model_dir
+from plugins.filter.serving import vllm_argv
 from standin_helpers import VLLM_SRC, Server, free_port, make_dev_dir, run_server_once, server_env
 
 API_KEY = "test-key-123"
@@ -22,35 +23,9 @@ SERVED = "qwen38-test"
 
 
 def serving_args(pins, model_dir, **over):
-    """The product's serving flags, built from the pins the way the serve role does."""
-    s = dict(pins["kunlun_stack_serving"])
-    s.update(over)
-    args = [
-        "--model",
-        str(model_dir),
-        "--tensor-parallel-size",
-        str(s["tensor_parallel_size"]),
-        "--dtype",
-        s["dtype"],
-        "--quantization",
-        s["quantization"],
-        "--max-model-len",
-        str(s["max_model_len"]),
-        "--mamba-ssm-cache-dtype",
-        s["mamba_ssm_cache_dtype"],
-        "--gpu-memory-utilization",
-        str(s["gpu_memory_utilization"]),
-        "--enable-prefix-caching" if s["enable_prefix_caching"] else "--no-enable-prefix-caching",
-        "--max-num-seqs",
-        str(s["max_num_seqs"]),
-        "--reasoning-parser",
-        s["reasoning_parser"],
-        "--tool-call-parser",
-        s["tool_call_parser"],
-    ]
-    if s["enable_auto_tool_choice"]:
-        args.append("--enable-auto-tool-choice")
-    return args
+    """The product's serving flags with some changed, built by the filter the serve unit uses
+    (plugins/filter/serving.py); the port is the test's own."""
+    return ["--model", str(model_dir), *vllm_argv(dict(pins["kunlun_stack_serving"], port=None, **over))]
 
 
 @pytest.fixture(scope="module")

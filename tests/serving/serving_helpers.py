@@ -15,6 +15,7 @@ sys.path.insert(0, str(ROOT / "tests" / "artifacts"))
 from standin_helpers import free_port, load_pins, make_dev_dir, server_env  # noqa: E402
 
 from kunlun_fleet.sim.artifacts.model import build_model_dir  # noqa: E402
+from plugins.filter.serving import vllm_argv  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -30,35 +31,9 @@ def model_dir(tmp_path_factory, pins):
 
 
 def serving_args(pins, model_dir):
-    """The product's flags (the serve role builds the same from kunlun_stack_serving)."""
-    s = pins["kunlun_stack_serving"]
-    args = [
-        "--model",
-        str(model_dir),
-        "--tensor-parallel-size",
-        str(s["tensor_parallel_size"]),
-        "--dtype",
-        s["dtype"],
-        "--quantization",
-        s["quantization"],
-        "--max-model-len",
-        str(s["max_model_len"]),
-        "--mamba-ssm-cache-dtype",
-        s["mamba_ssm_cache_dtype"],
-        "--gpu-memory-utilization",
-        str(s["gpu_memory_utilization"]),
-        "--max-num-seqs",
-        str(s["max_num_seqs"]),
-        "--reasoning-parser",
-        s["reasoning_parser"],
-        "--tool-call-parser",
-        s["tool_call_parser"],
-    ]
-    if s["enable_prefix_caching"]:
-        args.append("--enable-prefix-caching")
-    if s["enable_auto_tool_choice"]:
-        args.append("--enable-auto-tool-choice")
-    return args
+    """The product's flags, built by the filter the serve unit uses (plugins/filter/serving.py);
+    the port is the stand-in's own."""
+    return ["--model", str(model_dir), *vllm_argv(dict(pins["kunlun_stack_serving"], port=None))]
 
 
 class StandIn:

@@ -27,6 +27,7 @@ import host_status  # noqa: E402
 from module_docs import documented_spec  # noqa: E402
 
 from kunlun_fleet import cli, runner, status  # noqa: E402
+from plugins.filter.serving import FilterModule  # noqa: E402
 
 PINS = yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text())
 SERVE = yaml.safe_load((ROOT / "roles/serve/defaults/main.yml").read_text())
@@ -83,6 +84,7 @@ def render_serve_unit(image_id=CURRENT, **overrides):
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(ROOT / "roles/serve/templates")), extensions=["jinja2.ext.do"]
     )
+    env.filters.update(FilterModule().filters())
     values = dict(
         SERVE,
         ansible_managed="Ansible managed",

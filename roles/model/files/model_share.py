@@ -52,9 +52,20 @@ class Share(object):
         self.prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
         self.lock = threading.Lock()
         self.active = 0
-        self.stats = dict(started=time.time(), active=0, peak=0, transfers=0, completed=0, bytes=0,
-                          refused_busy=0, refused_client=0, not_found=0, by_client={}, max_transfers=max_transfers,
-                          argv=list(argv or []))
+        self.stats = dict(
+            started=time.time(),
+            active=0,
+            peak=0,
+            transfers=0,
+            completed=0,
+            bytes=0,
+            refused_busy=0,
+            refused_client=0,
+            not_found=0,
+            by_client={},
+            max_transfers=max_transfers,
+            argv=list(argv or []),
+        )
         self.write_stats()
 
     def acquire(self):
@@ -98,7 +109,7 @@ class Share(object):
         if self.prefix:
             if not path.startswith(self.prefix + "/"):
                 return None
-            path = path[len(self.prefix):]
+            path = path[len(self.prefix) :]
         rel = path.lstrip("/")
         if rel not in self.files:
             return None
@@ -141,8 +152,9 @@ def make_handler(share):
                 share.count("not_found")
                 return self._plain(404, "not a file of the model")
             if not share.acquire():
-                return self._plain(503, "at the bound of %d concurrent transfers" % share.max_transfers,
-                                   {"Retry-After": "1"})
+                return self._plain(
+                    503, "at the bound of %d concurrent transfers" % share.max_transfers, {"Retry-After": "1"}
+                )
             sent, complete = 0, False
             try:
                 size = os.path.getsize(full)
@@ -204,12 +216,22 @@ def main(argv=None):
     parser.add_argument("--rate", type=int, default=0, help="bytes per second per transfer (0: unlimited)")
     parser.add_argument("--stats-file", default=None)
     args = parser.parse_args(argv)
-    share = Share(args.root, listed_files(args.manifest), [a for a in args.allow.split(",") if a],
-                  args.max_transfers, args.rate, args.stats_file, args.prefix, sys.argv[1:] if argv is None else argv)
+    share = Share(
+        args.root,
+        listed_files(args.manifest),
+        [a for a in args.allow.split(",") if a],
+        args.max_transfers,
+        args.rate,
+        args.stats_file,
+        args.prefix,
+        sys.argv[1:] if argv is None else argv,
+    )
     server = ThreadingHTTPServer((args.bind, args.port), make_handler(share))
     server.daemon_threads = True
-    sys.stderr.write("serving %d files of %s on %s:%d to %s, at most %d transfers at a time\n" % (
-        len(share.files), share.root, args.bind, args.port, args.allow or "any address", args.max_transfers))
+    sys.stderr.write(
+        "serving %d files of %s on %s:%d to %s, at most %d transfers at a time\n"
+        % (len(share.files), share.root, args.bind, args.port, args.allow or "any address", args.max_transfers)
+    )
     server.serve_forever()
 
 
