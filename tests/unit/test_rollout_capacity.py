@@ -264,11 +264,27 @@ def test_module_gate_goes_when_the_rest_carries_it(fleet):
     )
 
 
-def test_module_gate_waits_then_goes(fleet):
-    load, workers = fleet  # 600 in flight > 512 left
-    threading.Timer(1.0, lambda: load.update(a=50)).start()
-    res = run({"mode": "gate", "workers": workers, "hosts": ["a"], "curve": SIM_CURVE, "timeout": 20, "interval": 0.3})
-    assert res["ok"] and not res["failed"] and res["waited"] >= 0.9
+def test_module_gate_waits_then_goes():
+    """600 in flight > 512 left: the gate polls; host a's load drops at its third read (by
+    count, not by a clock the module's start-up time would shift), then the gate goes."""
+    reads = []
+
+    def load_a():
+        reads.append(1)
+        return 200 if len(reads) < 3 else 50
+
+    servers = {"a": Metrics(load_a), "b": Metrics(lambda: 200), "c": Metrics(lambda: 200)}
+    try:
+        workers = {h: srv.url for h, srv in servers.items()}
+        res = run(
+            {"mode": "gate", "workers": workers, "hosts": ["a"], "curve": SIM_CURVE, "timeout": 20, "interval": 0.3}
+        )
+    finally:
+        for srv in servers.values():
+            srv.shutdown()
+    assert res["ok"] and not res["failed"] and len(reads) == 3
+    # Two waits of one interval each between the three reads.
+    assert res["waited"] >= 0.6
     assert "go after waiting" in res["msg"]
 
 
