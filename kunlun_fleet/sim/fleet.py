@@ -243,7 +243,13 @@ def containers():
     found = {}
     if not ids:
         return found
-    data = json.loads(docker("inspect", *ids).stdout)
+    # Another lane may remove a container between the listing and the inspect (a scratch
+    # host's reset, the large fleet's sim-down): docker then prints the others and fails
+    # with "No such object" for that one, which is simply gone.
+    proc = docker("inspect", *ids, check=False)
+    if proc.returncode != 0 and "no such object" not in (proc.stderr or "").lower():
+        raise SimError("docker inspect of the sim containers failed (rc=%d): %s" % (proc.returncode, proc.stderr))
+    data = json.loads(proc.stdout or "[]")
     for item in data:
         index = index_of(item["Name"].lstrip("/"))
         if index is not None:
