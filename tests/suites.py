@@ -230,7 +230,7 @@ BACKGROUND = [
         ["tests/image/test_image_engine.py", "tests/image/test_image_inputs.py", "tests/image/test_patch_step.py"],
         after="sim-kit",
     ),
-    # The large lane: a fleet of its own (six bare hosts from kf-node-21, in their own
+    # The large lane: a fleet of its own (five bare hosts from kf-node-21, in their own
     # inventory: tests/scale), the stages that grow with the number of hosts, removed at
     # the end. It starts after the e2e: beside the e2e's first run (the machine at 0-14%
     # idle) its hosts' own processes slowed the critical path, and it made sim-kit wait on

@@ -1,4 +1,4 @@
-"""The large lane: a fleet of its own, bare sim hosts from kf-node-21 (six in CI: five
+"""The large lane: a fleet of its own, bare sim hosts from kf-node-21 (five in CI: four
 serving hosts and a dedicated gateway host, as `sim-up` lays out five hosts and more;
 KF_LARGE_FLEET_HOSTS=12 for the twelve the fleet-scale figures of docs/performance.md were
 measured on) in their own inventory, for what scales with the number of hosts.
@@ -28,9 +28,9 @@ from kunlun_fleet.sim.config import SIM_HOME, container_name, host_name
 from kunlun_fleet.sim.testing import recap, sim, ssh
 
 ROOT = Path(__file__).resolve().parents[2]
-# Six hosts prove what a test here asserts (a dedicated gateway host from five on, one host
+# Five hosts prove what a test here asserts (a dedicated gateway host from five on, one host
 # failing alone while the others finish, the resume, the unchanged re-run); more only cost.
-COUNT = int(os.environ.get("KF_LARGE_FLEET_HOSTS", "6"))
+COUNT = int(os.environ.get("KF_LARGE_FLEET_HOSTS", "5"))
 FIRST = 21
 INDEXES = list(range(FIRST, FIRST + COUNT))
 SERVING = [host_name(i) for i in INDEXES[:-1]]
