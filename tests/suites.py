@@ -235,7 +235,7 @@ BACKGROUND = [
     # the end. It starts after the e2e: beside the e2e's first run (the machine at 0-14%
     # idle) its hosts' own processes slowed the critical path, and it made sim-kit wait on
     # the sim's lock (75 s, with twelve hosts).
-    Suite("fleet-large", "large", ["tests/scale"], timeout=1500, after="e2e"),
+    Suite("fleet-large", "large", ["tests/scale"], timeout=1500, after="e2e", env={"ANSIBLE_TIMEOUT": "60"}),
 ]
 BACKGROUND += SCRATCH
 for _suite in (s for phase in PHASES[1:] for s in phase):
@@ -381,21 +381,27 @@ def machine_cpu():
     return (sum(fields) - fields[3] - fields[4]) / ticks, sum(fields) / ticks
 
 
+# The sim engine's container groups: docker's own (the shared fleet) and the sim's group
+# for the hosts of the fleets beside it (kunlun_fleet.sim.fleet.BESIDE_CGROUP).
+SIM_CPU_GROUPS = ("/sys/fs/cgroup/cpuacct/docker", "/sys/fs/cgroup/cpuacct/kunlun-sim-beside")
+
+
 class SimHostCpu:
     """Where the CPU the suites' own processes do not account for goes: the sim hosts. Each
     container of the sim fleet's engine has a cpuacct cgroup (cgroup v1, the engine's
-    cgroupfs driver: <root>/<container id>); a sampler thread reads every container's
-    usage every few seconds and keeps the last value seen per container, summed per host
-    name at the end (a reset makes a new container for the same host; what a removed
-    container used after its last sample is lost: a few seconds at most). The engine
-    group's own counter (every container, removed ones included) is the exact total."""
+    cgroupfs driver: <root>/<container id>, under docker's group or, for the hosts of a
+    fleet beside the shared one, under the sim's beside group); a sampler thread reads every
+    container's usage every few seconds and keeps the last value seen per container, summed
+    per host name at the end (a reset makes a new container for the same host; what a
+    removed container used after its last sample is lost: a few seconds at most). The
+    groups' own counters (every container, removed ones included) are the exact total."""
 
-    def __init__(self, root="/sys/fs/cgroup/cpuacct/docker", every=5.0):
-        self.root, self.every = root, every
+    def __init__(self, roots=SIM_CPU_GROUPS, every=5.0):
+        self.roots, self.every = list(roots), every
         self.last, self.names = {}, {}
         self.stop = threading.Event()
         # No group yet: the engine starts during the run (sim-kit), so all it counts is the run's.
-        self.start_total = self._read(os.path.join(root, "cpuacct.usage")) or 0
+        self.start_total = {root: self._read(os.path.join(root, "cpuacct.usage")) or 0 for root in self.roots}
         self.thread = threading.Thread(target=self._loop, name="sim-host-cpu", daemon=True)
 
     @staticmethod
@@ -421,19 +427,21 @@ class SimHostCpu:
 
     def _loop(self):
         while not self.stop.wait(self.every):
-            try:
-                ids = [d for d in os.listdir(self.root) if len(d) == 64]
-            except OSError:
-                continue
-            for cid in ids:
-                used = self._read(os.path.join(self.root, cid, "cpuacct.usage"))
+            ids = []
+            for root in self.roots:
+                try:
+                    ids += [(root, d) for d in os.listdir(root) if len(d) == 64]
+                except OSError:
+                    continue
+            for root, cid in ids:
+                used = self._read(os.path.join(root, cid, "cpuacct.usage"))
                 if used is not None:
                     self.last[cid] = used
-            if any(cid not in self.names for cid in ids):
+            if any(cid not in self.names for _, cid in ids):
                 self._names()
 
     def start(self):
-        if os.path.isdir(os.path.dirname(self.root)):
+        if any(os.path.isdir(os.path.dirname(root)) for root in self.roots):
             self.thread.start()
         return self
 
@@ -443,12 +451,13 @@ class SimHostCpu:
         if not self.thread.is_alive() and not self.last:
             return None, {}
         self.thread.join(timeout=60)
-        end = self._read(os.path.join(self.root, "cpuacct.usage"))
+        ends = {root: self._read(os.path.join(root, "cpuacct.usage")) for root in self.roots}
         per = {}
         for cid, used in self.last.items():
             name = self.names.get(cid, "container " + cid[:12])
             per[name] = per.get(name, 0.0) + used / 1e9
-        total = None if end is None else (end - self.start_total) / 1e9
+        counted = [root for root, end in ends.items() if end is not None]
+        total = sum(ends[root] - self.start_total[root] for root in counted) / 1e9 if counted else None
         return total, per
 
 
@@ -467,14 +476,17 @@ def print_sim_cpu(total, per, suites_cpu, machine_busy):
             print("  %-24s %6.0f s" % (name, used))
 
 
-# The background lanes' processes run in a CPU cgroup of their own, at the weight of one
-# scheduling group of the critical path's (which spans many: a session each). At a quarter
-# of it (256) the large lane's SSH connections timed out, starved, in one run. Their nice level alone does not
-# order them: with the kernel's autogroup scheduling (/proc/sys/kernel/sched_autogroup_enabled,
-# on in CI) every session is a scheduling group of its own, niceness orders processes only
-# within one, and each suite starts a session (ansible-core's workers start their own).
+# The background lanes' processes run in a CPU cgroup of their own, at half the weight of one
+# scheduling group of the critical path's (which spans many: a session each); their sim hosts
+# run in the sim's group beside docker's at a quarter (kunlun_fleet.sim.fleet.BESIDE_CGROUP).
+# Their nice level alone does not order them: with the kernel's autogroup scheduling
+# (/proc/sys/kernel/sched_autogroup_enabled, on in CI) every session is a scheduling group of
+# its own, niceness orders processes only within one, and each suite starts a session
+# (ansible-core's workers start their own). Not lower: the large lane's SSH connections timed
+# out, starved, at a quarter (256) when its hosts still shared docker's group; every lane
+# that reaches a host over SSH now waits 60 s for the connection (ANSIBLE_TIMEOUT).
 BACKGROUND_CGROUP = "kunlun-fleet-tests-background"
-BACKGROUND_CPU_SHARES = 1024
+BACKGROUND_CPU_SHARES = 512
 
 
 def background_cgroup(root="/sys/fs/cgroup/cpu"):

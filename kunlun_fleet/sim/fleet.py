@@ -263,10 +263,30 @@ def remove_container(index):
         docker("rm", "-f", "-v", name, check=False, timeout=120)
 
 
-# The CPU weight of a fleet's hosts beside the shared fleet (docker's default is 1024):
-# on a busy machine the shared fleet's hosts, whose suites make a test run's critical
-# path, get the cores first; idle cores still go to whoever wants them.
-BESIDE_CPU_SHARES = 128
+# The hosts of a fleet beside the shared one (the test runner's scratch and large lanes) run
+# in a CPU group of their own beside docker's (cgroup v1, the engine's cgroupfs driver:
+# `docker create --cgroup-parent`), at a quarter of its weight: on a busy machine the
+# shared fleet's hosts, whose suites make a test run's critical path, get the cores first;
+# idle cores still go to whoever wants them. Inside docker's own group, a low --cpu-shares
+# alone did not do that: whenever the shared hosts were idle, the beside hosts took the
+# whole of docker's weight, as much as the critical path's controller.
+BESIDE_CGROUP = "/kunlun-sim-beside"
+BESIDE_CPU_SHARES = 256
+CPU_CGROUP_ROOT = "/sys/fs/cgroup/cpu"
+
+
+def beside_cgroup(root=CPU_CGROUP_ROOT):
+    """The cgroup parent for a beside fleet's hosts, made with its CPU weight, or None where
+    this machine has no cgroup v1 cpu controller to write (the hosts then get the weight as
+    their own --cpu-shares inside docker's group)."""
+    group = os.path.join(root, BESIDE_CGROUP.lstrip("/"))
+    try:
+        os.makedirs(group, exist_ok=True)
+        with open(os.path.join(group, "cpu.shares"), "w") as fh:
+            fh.write(str(BESIDE_CPU_SHARES))
+    except OSError:
+        return None
+    return BESIDE_CGROUP
 
 
 def create_host(index, tag, faults, pubkey, fleet=""):
@@ -336,8 +356,9 @@ def create_host(index, tag, faults, pubkey, fleet=""):
         "container=docker",
     ]
     if fleet:
-        # A fleet beside the shared one (the tests' large lane) yields the CPU to it.
-        args += ["--cpu-shares", str(BESIDE_CPU_SHARES)]
+        # A fleet beside the shared one (the tests' scratch and large lanes) yields the CPU to it.
+        parent = beside_cgroup()
+        args += ["--cgroup-parent", parent] if parent else ["--cpu-shares", str(BESIDE_CPU_SHARES)]
     args += [tag, "/sbin/init"]
     docker(*args)
     payload = image.tar_bytes(files, dirs=[("root/.ssh", 0o700)])
@@ -428,7 +449,9 @@ def ssh_cmd(index, *command):
         "-o",
         "BatchMode=yes",
         "-o",
-        "ConnectTimeout=5",
+        # A beside fleet's host runs at a low CPU weight: its sshd may take seconds to
+        # answer on a busy machine. A dead host still fails at once (refused, no route).
+        "ConnectTimeout=20",
         "-o",
         "ControlMaster=no",
         "-o",

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from kunlun_fleet.sim import engine as sim_engine
+from kunlun_fleet.sim import fleet
 from kunlun_fleet.sim.config import SIM_HOME, container_name, host_name
 from kunlun_fleet.sim.testing import recap, sim, ssh
 
@@ -85,8 +86,12 @@ def fleet_memory_mib():
         name, cid = line.split()
         if name not in {container_name(i) for i in INDEXES}:
             continue
+        # This fleet's hosts are in the sim's group beside docker's (fleet.BESIDE_CGROUP).
+        beside = fleet.BESIDE_CGROUP.lstrip("/")
         for path, key in (
+            ("/sys/fs/cgroup/memory/%s/%s/memory.stat" % (beside, cid), "total_rss"),
             ("/sys/fs/cgroup/memory/docker/%s/memory.stat" % cid, "total_rss"),
+            ("/sys/fs/cgroup/%s/%s/memory.stat" % (beside, cid), "anon"),
             ("/sys/fs/cgroup/docker/%s/memory.stat" % cid, "anon"),
         ):
             if os.path.exists(path):

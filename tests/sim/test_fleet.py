@@ -49,10 +49,20 @@ def test_inventory_groups_and_disks(sim_fleet):
     assert int(size) == 14 * T
 
 
-def cpu_shares(container):
+def cpu_weight(container):
+    """(the container's cgroup parent, the CPU weight it runs at): the parent group's
+    cpu.shares for a beside fleet's host, docker's own group and weight otherwise."""
     from kunlun_fleet.sim import engine
 
-    return int(engine.docker("inspect", "--format", "{{.HostConfig.CpuShares}}", container).stdout)
+    parent, _, shares = (
+        engine.docker("inspect", "--format", "{{.HostConfig.CgroupParent}}|{{.HostConfig.CpuShares}}", container)
+        .stdout.strip()
+        .partition("|")
+    )
+    if parent.startswith("/"):
+        with open(os.path.join(fleet.CPU_CGROUP_ROOT, parent.lstrip("/"), "cpu.shares")) as fh:
+            return parent, int(fh.read())
+    return parent, int(shares) or 1024
 
 
 def shared_hosts():
@@ -91,8 +101,10 @@ def test_a_second_fleet_lives_beside_the_shared_one(sim_fleet, tmp_path):
         assert "kf-node-41" not in open(os.path.join(INVENTORY, "hosts.yml")).read()
         # Reached with the other inventory's known_hosts, through the same helpers.
         assert ssh(41, "hostname").stdout.strip() == "kf-node-41"
-        # It yields the CPU to the shared fleet (docker's CPU weight; 0 is the default 1024).
-        assert cpu_shares("kf-sim-41") == fleet.BESIDE_CPU_SHARES < 1024 and cpu_shares("kf-sim-1") == 0
+        # It yields the CPU to the shared fleet: its hosts in a CPU group of their own, beside
+        # docker's, at a lower weight (docker's own group is at the default 1024).
+        assert cpu_weight("kf-sim-41") == (fleet.BESIDE_CGROUP, fleet.BESIDE_CPU_SHARES)
+        assert fleet.BESIDE_CPU_SHARES < 1024 and cpu_weight("kf-sim-1")[1] == 1024
         proc = sim("sim-up", "3")
         assert "(0 (re)created)" in proc.stdout and "removing kf-node-41" not in proc.stdout
         assert ssh(41, "true").returncode == 0

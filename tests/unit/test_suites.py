@@ -264,20 +264,23 @@ def test_a_failed_scenarios_tasks_survive_destroys_output():
 
 
 def test_sim_host_cpu_sums_each_host_over_its_containers(tmp_path, monkeypatch):
-    """The sim hosts' CPU: the engine group's counter for the total, each container's last
-    sample summed per host name (a reset host's two containers are one host)."""
-    root = tmp_path / "docker"
+    """The sim hosts' CPU: the groups' counters for the total (docker's and the beside
+    fleets' group, made during the run), each container's last sample summed per host name
+    (a reset host's two containers are one host)."""
+    root, beside = tmp_path / "docker", tmp_path / "kunlun-sim-beside"
     first, second, other = "a" * 64, "b" * 64, "c" * 64
-    for cid, ns in ((first, 3e9), (second, 2e9), (other, 1e9)):
-        (root / cid).mkdir(parents=True)
-        (root / cid / "cpuacct.usage").write_text("%d\n" % ns)
+    for group, cid, ns in ((beside, first, 3e9), (beside, second, 2e9), (root, other, 1e9)):
+        (group / cid).mkdir(parents=True)
+        (group / cid / "cpuacct.usage").write_text("%d\n" % ns)
     (root / "cpuacct.usage").write_text("5000000000\n")
-    sampler = suites.SimHostCpu(root=str(root), every=0.05)
+    (beside / "cpuacct.usage").unlink(missing_ok=True)
+    sampler = suites.SimHostCpu(roots=[str(root), str(beside)], every=0.05)
     monkeypatch.setattr(
         sampler, "_names", lambda: sampler.names.update({first: "kf-node-4", second: "kf-node-4", other: "kf-node-1"})
     )
     sampler.start()
-    (root / "cpuacct.usage").write_text("11000000000\n")
+    (root / "cpuacct.usage").write_text("6000000000\n")
+    (beside / "cpuacct.usage").write_text("5000000000\n")
     deadline = time.monotonic() + 10
     while len(sampler.last) < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
