@@ -1,6 +1,11 @@
-"""Bad input on a sim host: storage and engine refuse with a message naming the item and
-the fix, and change NOTHING (snapshot of LVM, disks, mounts, fstab, the /home tree with
+"""Bad input on a sim host: storage refuses with a message naming the item and the fix,
+and changes NOTHING (snapshot of LVM, disks, mounts, fstab, the /home tree with
 checksums, daemon.json, data-roots, drop-ins, packages before == after).
+
+The engine's refusals (a data-root outside the volume, an invalid daemon.json, images of
+another storage driver) run on the host the check-mode test converges, which has the
+volume and an installed engine they need: tests/storage/test_check_mode_sim.py::
+test_engine_refuses_outside_root_and_invalid_daemon_json.
 
 Covered elsewhere and not repeated here: the data disk holding a filesystem (preflight,
 tests/preflight/test_host_checks_sim.py), the module's own refusals on loop devices
@@ -11,7 +16,7 @@ import subprocess
 
 import pytest
 
-from storage_helpers import HOST, SEED_TIMEOUT, refused_run as refused, sh, stage, upload_tool, wait_seeded
+from storage_helpers import HOST, refused_run as refused, sh, stage, upload_tool, wait_seeded
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
@@ -44,7 +49,6 @@ def test_storage_refuses_bad_disks_mounts_and_room(fresh_host, small_disk):
     small_disk()
     # the tool's packages are installed and the package index known: a refused run has
     # then nothing to install, so "nothing changed" covers every task
-    stage("storage.yml", "--tags", "never-a-tag")
     sh(
         "apt-cache show lvm2 >/dev/null 2>&1 || apt-get update -qq; "
         "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lvm2 xfsprogs rsync acl >/dev/null"
@@ -88,57 +92,3 @@ blkid -p -o value -s PTTYPE /dev/vdb""")
     # and the same host with good input still converges (the refusals left it usable)
     proc, rec = stage("storage.yml")
     assert proc.returncode == 0 and rec["changed"] > 0, proc.stdout[-3000:]
-
-
-def test_engine_refuses_outside_root_and_invalid_daemon_json(fresh_host):
-    fresh_host(HOST)
-    upload_tool()
-    # 5. a data-root outside the data volume (before anything else)
-    for root in ("/srv/docker", "/home", "/home2/docker"):
-        refused(
-            "engine.yml",
-            ["engine_data_root %s is outside the data volume /home" % root, "Fix"],
-            "-e",
-            "engine_data_root=%s" % root,
-        )
-
-    # 6. an invalid daemon.json is refused, not overwritten (byte-identical)
-    proc, _ = stage("storage.yml")
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    bad = '{\n  "registry-mirrors": ["https://mirror.example"],\n  "debug": true,\n'
-    sh("mkdir -p /etc/docker && printf '%%s' '%s' > /etc/docker/daemon.json" % bad)
-    digest = sh("sha256sum /etc/docker/daemon.json").stdout
-    msg = refused(
-        "engine.yml", ["/etc/docker/daemon.json is not valid JSON", "refusing to overwrite it", "python3 -m json.tool"]
-    )
-    assert sh("sha256sum /etc/docker/daemon.json").stdout == digest
-    assert sh("cat /etc/docker/daemon.json").stdout == bad, msg[-2000:]
-    sh("printf '%s' '[1, 2]' > /etc/docker/daemon.json")
-    refused("engine.yml", ["valid JSON but not an object"])
-
-    # 7. an old data-root whose images are on another storage driver (vfs) than the one the
-    # role configures (overlay2): moving it would lose them from view; refused, whether
-    # the running engine or only the data-root on disk tells the driver
-    sh("printf '%s' '{\"storage-driver\": \"vfs\"}' > /etc/docker/daemon.json")
-    sh(
-        "export DEBIAN_FRONTEND=noninteractive; apt-cache show docker.io >/dev/null 2>&1 || apt-get update -qq; "
-        "apt-get install -y -qq docker.io >/dev/null && systemctl start docker && "
-        "rm -rf /tmp/kf-img && mkdir -p /tmp/kf-img && echo hi > /tmp/kf-img/hello && "
-        "tar -C /tmp/kf-img -c . | docker import - kf-seed/tiny:1 >/dev/null && docker info --format '{{.Driver}}'",
-        timeout=SEED_TIMEOUT,
-    )
-    refused(
-        "engine.yml",
-        [
-            "data-root /var/lib/docker holds images or containers of the storage driver vfs",
-            "the running engine uses vfs",
-            "configured for overlay2",
-            "storage-driver",
-            "docker save",
-        ],
-    )
-    sh("systemctl stop docker.socket docker.service && printf '%s' '{}' > /etc/docker/daemon.json")
-    refused(
-        "engine.yml",
-        ["data-root /var/lib/docker holds images or containers of the storage driver vfs", "configured for overlay2"],
-    )
