@@ -2,11 +2,13 @@
 refused with a clear message and nothing changes on the host; VD cards and their module
 option.
 
-Each test resets the host (`kunlun-fleet sim-reset HOST [--fault NAME=VALUE]`), runs
-`playbooks/driver.yml --limit HOST -i INVENTORY` and compares a snapshot of
-what the role could touch, taken before and after. The refusals on a host holding the
-pinned driver whose faults the kit reads at every call (firmware, power cap, card
-variant, a pending reboot) share one reset: see pinned_host.
+Each test runs `playbooks/driver.yml --limit HOST -i INVENTORY` and compares a snapshot of
+what the role could touch, taken before and after. The host comes from one of three resets
+(`kunlun-fleet sim-reset HOST [--fault NAME=VALUE]`) that the tests share: a host without a
+driver (bare_host), one holding the pinned driver (pinned_host) and one holding an older
+XRE. A refusal changes nothing (its snapshot proves it), so the next test finds the host as
+the reset left it; the faults the kit reads at every call (device count, a device in error,
+firmware, power cap, card variant) are rewritten in place between tests.
 """
 
 import os
@@ -59,14 +61,15 @@ def _env():
     )
 
 
-# Whether the host is as pinned_host's reset left it (any other reset undoes that).
-_PINNED = {"ready": False}
+# Which shared reset the host is in ("bare", "pinned"), or None once a test changed it
+# beyond what _reuse undoes (any other reset, a converge, an install).
+_HOST = {"kind": None}
 # The faults the kit's xpu-smi and lspci read at every call (not at boot or module load).
-PER_CALL = ("xpu_firmware", "xpu_power_cap", "xpu_card_variant")
+PER_CALL = ("xpu_devices", "xpu_error_device", "xpu_firmware", "xpu_power_cap", "xpu_card_variant")
 
 
 def sim_reset(*faults):
-    _PINNED["ready"] = False
+    _HOST["kind"] = None
     args = [str(VENV_BIN / "kunlun-fleet"), "sim-reset", HOST]
     for fault in faults:
         args += ["--fault", fault]
@@ -74,22 +77,31 @@ def sim_reset(*faults):
     assert proc.returncode == 0, "sim-reset %s failed:\n%s%s" % (HOST, proc.stdout, proc.stderr)
 
 
-def pinned_host(*faults):
-    """The host holding the pinned driver, with ``faults`` (each one the kit reads at
-    every call). The first call resets the host; the next ones, while no other reset came
+def _reuse(kind, machine, faults):
+    """The host of the ``kind`` reset with ``faults`` (each one the kit reads at every call).
+    The first call resets the host; the next ones, while no other reset or change came
     between, rewrite the kit's faults file and remove what the previous test added (a
-    pending-reboot flag, a process holding a device): each of these tests is a refusal
-    that changes nothing, which its snapshot proves, so the host is the reset's again."""
+    pending-reboot flag, a process holding a device)."""
     assert all(f.split("=", 1)[0] in PER_CALL for f in faults), faults
-    if not _PINNED["ready"]:
-        sim_reset("xpu_old_driver=" + PIN, *faults)
-        _PINNED["ready"] = True
+    if _HOST["kind"] != kind:
+        sim_reset(*(machine + faults))
+        _HOST["kind"] = kind
         return
-    text = "".join("%s\n" % f for f in ("xpu_old_driver=" + PIN,) + faults)
+    text = "".join("%s\n" % f for f in machine + faults)
     on_host(
         "printf %%s %s > /etc/kunlun-kit/faults; rm -f /var/run/reboot-required /var/run/reboot-required.pkgs;"
         ' pkill -x -f "sleep 100000" || true' % shlex.quote(text)
     )
+
+
+def bare_host(*faults):
+    """A host without a driver (see _reuse); the tests that install something come last."""
+    _reuse("bare", (), faults)
+
+
+def pinned_host(*faults):
+    """The host holding the pinned driver (see _reuse)."""
+    _reuse("pinned", ("xpu_old_driver=" + PIN,), faults)
 
 
 def on_host(command, check=True):
@@ -163,80 +175,115 @@ def fleet_and_cleanup(sim_fleet):
         sim_reset()
 
 
+@pytest.fixture(autouse=True)
+def reset_after_a_failure(request):
+    """A failed test may leave the host anywhere: the next one starts from a reset."""
+    failed = request.session.testsfailed
+    yield
+    if request.session.testsfailed != failed:
+        _HOST["kind"] = None
+
+
 @pytest.fixture
-def partial_bundle(tmp_path):
-    """A bundle holding the real manifest and index and, optionally, a (possibly damaged) installer."""
+def damaged_bundle(tmp_path):
+    """A bundle holding the real manifest and index and an installer one line too long."""
     src = Path(yaml.safe_load((INVENTORY / "group_vars/all/sim.yml").read_text())["kunlun_stack_bundle_dir"])
-
-    def make(installer="copy"):
-        (tmp_path / "drivers").mkdir(parents=True, exist_ok=True)
-        shutil.copy(src / "MANIFEST.sha256", tmp_path / "MANIFEST.sha256")
-        shutil.copy(src / "bundle.yml", tmp_path / "bundle.yml")
-        if installer in ("copy", "damaged"):
-            shutil.copy(src / ARTIFACT, tmp_path / ARTIFACT)
-        if installer == "damaged":
-            with open(tmp_path / ARTIFACT, "ab") as fh:
-                fh.write(b"\n# one byte too many\n")
-        return str(tmp_path)
-
-    return make
+    (tmp_path / "drivers").mkdir(parents=True, exist_ok=True)
+    shutil.copy(src / "MANIFEST.sha256", tmp_path / "MANIFEST.sha256")
+    shutil.copy(src / "bundle.yml", tmp_path / "bundle.yml")
+    shutil.copy(src / ARTIFACT, tmp_path / ARTIFACT)
+    with open(tmp_path / ARTIFACT, "ab") as fh:
+        fh.write(b"\n# one byte too many\n")
+    return str(tmp_path)
 
 
-# ------------------------------------------------------------------------ bad input
+# ------------------------------------------------- bad input on a host without a driver
+# One reset for these (bare_host): each refusal changes nothing; the failed installer and
+# the install that comes after it go last, in the order a host meets them.
 
 
-def test_installer_checksum_mismatch(partial_bundle):
-    sim_reset()
+def test_installer_checksum_mismatch(damaged_bundle):
+    bare_host()
     before = snapshot()
-    proc, recap = driver_play("-e", "kunlun_stack_bundle_dir=" + partial_bundle("damaged"))
+    proc, recap = driver_play("-e", "kunlun_stack_bundle_dir=" + damaged_bundle)
     refused(proc, recap, "checksum mismatch", ARTIFACT, "nothing was changed")
     assert snapshot() == before
     assert "/usr/local/xpu/version absent" in before
 
 
-def test_installer_missing_from_bundle(partial_bundle):
-    sim_reset()
-    before = snapshot()
-    proc, recap = driver_play("-e", "kunlun_stack_bundle_dir=" + partial_bundle("none"))
-    refused(proc, recap, "listed in the manifest but missing", ARTIFACT, "nothing was changed")
-    assert snapshot() == before
-
-
-def test_headers_unavailable_for_running_kernel():
-    sim_reset("no_kernel_headers=1")
-    kernel = on_host("uname -r")
-    before = snapshot()
-    proc, recap = driver_play()
-    refused(
-        proc,
-        recap,
-        "runs kernel %s and has no headers for it" % kernel,
-        "linux-headers-%s" % kernel,
-        "Nothing was changed",
-    )
-    assert snapshot() == before  # no headers, no gcc, no driver
-    assert "gcc install ok installed" not in before
+# The driver stage's bundle check is bundle_check on the controller, as preflight's: the
+# driver's installer listed in the manifest but missing from the bundle is refused by the
+# same module there (tests/preflight/test_controller_checks.py, the bundle's missing file).
 
 
 def test_seven_of_eight_devices():
-    sim_reset("xpu_devices=7")
+    bare_host("xpu_devices=7")
     before = snapshot()
     proc, recap = driver_play()
     refused(proc, recap, "lspci shows 7 P800 functions", "where 8 are expected", "Nothing was changed")
     assert snapshot() == before
 
 
-def test_device_in_error_on_installed_driver():
-    sim_reset("xpu_old_driver=" + PIN, "xpu_error_device=3")
-    before = snapshot()
-    proc, recap = driver_play()
-    refused(proc, recap, "device 3 (00000000:61:00.0) is in error", "Nothing was changed")
-    assert snapshot() == before
+# What the kit's no_kernel_headers fault removes at boot (kunlun-kit apply-faults), moved
+# aside here and put back after, so that the tests after this one share its reset. The
+# fault itself goes through the driver stage in the large lane (tests/scale).
+HEADERS_ASIDE = (
+    "mkdir -p /root/headers-aside && mv /usr/src/linux-headers-$(uname -r) /root/headers-aside/"
+    " && mv /lib/modules/$(uname -r)/build /root/headers-aside/build"
+)
+HEADERS_BACK = (
+    "mv /root/headers-aside/linux-headers-$(uname -r) /usr/src/"
+    " && mv /root/headers-aside/build /lib/modules/$(uname -r)/build && rmdir /root/headers-aside"
+)
+
+
+def test_headers_unavailable_for_running_kernel():
+    bare_host()
+    kernel = on_host("uname -r")
+    on_host(HEADERS_ASIDE)
+    try:
+        before = snapshot()
+        proc, recap = driver_play()
+        refused(
+            proc,
+            recap,
+            "runs kernel %s and has no headers for it" % kernel,
+            "linux-headers-%s" % kernel,
+            "Nothing was changed",
+        )
+        assert snapshot() == before  # no headers, no gcc, no driver
+        assert "gcc install ok installed" not in before
+    finally:
+        on_host(HEADERS_BACK)
+
+
+def test_installer_failure_shows_the_log_tail():
+    """KERNELDIR holding another kernel's headers: the installer refuses; its log's last lines show."""
+    bare_host()
+    on_host(
+        "mkdir -p /root/other-kernel/include/config && touch /root/other-kernel/Makefile"
+        " && echo 1.2.3-other > /root/other-kernel/include/config/kernel.release"
+    )
+    proc, recap = driver_play("-e", "driver_kernel_headers_dir=/root/other-kernel")
+    refused(
+        proc,
+        recap,
+        "installer failed (exit status 1)",
+        "last lines of /home/newdata/logs/xre-install-%s.log" % PIN,
+        "holds headers for kernel 1.2.3-other",
+    )
+    assert "holds headers for kernel 1.2.3-other" in on_host("cat /home/newdata/logs/xre-install-%s.log" % PIN)
+    assert on_host("ls /usr/local/xpu 2>/dev/null || echo none") == "none"
+    assert on_host("ls /etc/ansible/facts.d/xpu.fact 2>/dev/null || echo none") == "none"
+    # Still no driver: the next test installs one on this host (the build tools are there now).
 
 
 def test_device_in_error_found_after_install():
-    """Without a driver the cards cannot be read: the install runs, then nothing more."""
-    sim_reset("xpu_error_device=3")
+    """Without a driver the cards cannot be read: the install runs, then nothing more.
+    Also the one fresh install of this file: the e2e (site.yml from bare hosts, then its
+    unchanged second run) and the large lane converge bare hosts; molecule/driver upgrades."""
+    bare_host("xpu_error_device=3")
+    _HOST["kind"] = None  # the install changes the host
     proc, recap = driver_play()
     refused(proc, recap, "device 3 (00000000:61:00.0) is in error", "XRE %s was installed on this run" % PIN)
     assert on_host("cat /usr/local/xpu/version") == PIN
@@ -245,7 +292,11 @@ def test_device_in_error_found_after_install():
     assert on_host("ls /etc/modules-load.d/kunlun_peermem.conf 2>/dev/null || echo none") == "none"
 
 
+# ------------------------------------------------------ a host holding an older driver
+
+
 def test_serving_host_needing_an_upgrade_is_refused():
+    # The upgrade itself (the same reset without the process holding a device): molecule/driver.
     sim_reset("xpu_old_driver=" + OLD)
     on_host("setsid -f sh -c 'exec sleep 100000 3</dev/xpu3' </dev/null >/dev/null 2>&1")
     before = snapshot()
@@ -263,6 +314,18 @@ def test_serving_host_needing_an_upgrade_is_refused():
     assert "/usr/local/xpu/version" in before and on_host("cat /usr/local/xpu/version") == OLD
 
 
+# -------------------------------------------- bad input on a host holding the pinned driver
+# One reset for these (pinned_host); the VD tests, which change the host, go last.
+
+
+def test_device_in_error_on_installed_driver():
+    pinned_host("xpu_error_device=3")
+    before = snapshot()
+    proc, recap = driver_play()
+    refused(proc, recap, "device 3 (00000000:61:00.0) is in error", "Nothing was changed")
+    assert snapshot() == before
+
+
 def test_firmware_below_floor():
     pinned_host("xpu_firmware=1.40.0.0")
     before = snapshot()
@@ -272,6 +335,9 @@ def test_firmware_below_floor():
 
 
 def test_cards_in_the_low_power_mode():
+    # The driver stage's own use of the full-power check. Its messages (one card, all eight,
+    # an unknown cap, the warning when not required, check mode): tests/unit/test_full_power_tasks.py;
+    # preflight's refusal on a sim host: tests/preflight/test_host_checks_sim.py.
     pinned_host("xpu_power_cap=3:120")
     before = snapshot()
     proc, recap = driver_play()
@@ -323,35 +389,31 @@ def test_pending_reboot_without_permission_stops_the_host():
     assert snapshot() == before
 
 
-def test_installer_failure_shows_the_log_tail():
-    """KERNELDIR holding another kernel's headers: the installer refuses; its log's last lines show."""
-    sim_reset()
-    on_host(
-        "mkdir -p /root/other-kernel/include/config && touch /root/other-kernel/Makefile"
-        " && echo 1.2.3-other > /root/other-kernel/include/config/kernel.release"
-    )
-    proc, recap = driver_play("-e", "driver_kernel_headers_dir=/root/other-kernel")
-    refused(
-        proc,
-        recap,
-        "installer failed (exit status 1)",
-        "last lines of /home/newdata/logs/xre-install-%s.log" % PIN,
-        "holds headers for kernel 1.2.3-other",
-    )
-    assert "holds headers for kernel 1.2.3-other" in on_host("cat /home/newdata/logs/xre-install-%s.log" % PIN)
-    assert on_host("ls /usr/local/xpu 2>/dev/null || echo none") == "none"
-    assert on_host("ls /etc/ansible/facts.d/xpu.fact 2>/dev/null || echo none") == "none"
-
-
 # --------------------------------------------------------------------- good paths
 
 # The upgrade from an older XRE, its no-op re-run and the install log's line: molecule/driver
-# (side_effect, idempotence, verify). Check mode on a fresh host: the e2e's check mode from
-# bare hosts (snapshots equal, the installer line asserted there).
+# (converge, idempotence, verify). A fresh install: see test_device_in_error_found_after_install.
+# Check mode on a fresh host: the e2e's check mode from bare hosts (snapshots equal, the
+# installer line asserted there).
+
+
+def test_vd_option_waits_while_an_xpu_is_held():
+    pinned_host("xpu_card_variant=VD")
+    on_host("setsid -f sh -c 'exec sleep 100000 3</dev/xpu5' </dev/null >/dev/null 2>&1")
+    proc, recap = driver_play()
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert "kunlun was NOT reloaded" in re.sub(r"\s+", " ", proc.stdout)
+    assert on_host("grep -h KLreg /etc/modprobe.d/kunlun.conf") == PINS_VD_LINE
+    assert "RmDisableSMMU" not in on_host("cat /run/kunlun-kit/modules/kunlun/options")
 
 
 def test_vd_cards_get_the_module_option_and_a_reload():
-    sim_reset("xpu_old_driver=" + PIN, "xpu_card_variant=VD")
+    pinned_host("xpu_card_variant=VD")
+    # The host as the reset made it (kunlun loaded without the option, no option line): the
+    # test before leaves the line written and not loaded, which a re-run would keep as it is.
+    on_host("sed -i '/KLreg_RegistryDwords/d' /etc/modprobe.d/kunlun.conf 2>/dev/null || true")
+    assert "RmDisableSMMU" not in on_host("cat /run/kunlun-kit/modules/kunlun/options")
+    _HOST["kind"] = None  # the converge changes the host
     proc, recap = driver_play()
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert on_host("grep -h KLreg /etc/modprobe.d/kunlun.conf") == PINS_VD_LINE
@@ -359,16 +421,6 @@ def test_vd_cards_get_the_module_option_and_a_reload():
     assert "RmDisableSMMU=1;C2CHighSpeed=1" in on_host("cat /run/kunlun-kit/modules/kunlun/options")
     proc, recap = driver_play()
     assert proc.returncode == 0 and recap["changed"] == 0, proc.stdout[-4000:]
-
-
-def test_vd_option_waits_while_an_xpu_is_held():
-    sim_reset("xpu_old_driver=" + PIN, "xpu_card_variant=VD")
-    on_host("setsid -f sh -c 'exec sleep 100000 3</dev/xpu5' </dev/null >/dev/null 2>&1")
-    proc, recap = driver_play()
-    assert proc.returncode == 0, proc.stdout[-4000:]
-    assert "kunlun was NOT reloaded" in re.sub(r"\s+", " ", proc.stdout)
-    assert on_host("grep -h KLreg /etc/modprobe.d/kunlun.conf") == PINS_VD_LINE
-    assert "RmDisableSMMU" not in on_host("cat /run/kunlun-kit/modules/kunlun/options")
 
 
 PINS_VD_LINE = yaml.safe_load((REPO / "roles/driver/defaults/main.yml").read_text())["driver_vd_options"]
