@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kunlun_fleet.sim import bundle
-from standin_helpers import NO_PY310, bundle_files, install_stack, make_dev_dir, python310
+from standin_helpers import NO_PY310, bundle_files, make_dev_dir, python310, shared_stack
 
 SMALL = ("kunlun_ops", "triton", "xspeedgate_ops", "cocopod", "vllm")
 
@@ -71,6 +71,32 @@ def test_rebuild_is_skipped_and_bytes_are_stable(built, tmp_path):
     other = bundle.build(str(tmp_path / "other"), force=True, log=lambda *_: None)
     assert other["changed"] is True
     assert (tmp_path / "other" / "MANIFEST.sha256").read_text() == (out / "MANIFEST.sha256").read_text()
+
+
+def test_bundle_wheelhouse_holds_the_router_and_its_dependencies(built, pins):
+    """The gateway's router and every one of its requirements are in the wheelhouse (pip
+    --no-index finds them all) and in the manifest. Installed from it, offline, by the
+    gateway scenario's converge (molecule/gateway) and the e2e (gateway_install_from: bundle)."""
+    out, _ = built
+    gw = pins["kunlun_stack_gateway_router"]
+    router = out / bundle_files(out)["gateway_router"]
+    assert router.is_file()
+    manifest = (out / "MANIFEST.sha256").read_text()
+    wheels = sorted(p.name for p in (out / "wheelhouse").glob("*.whl"))
+    for name in wheels:
+        assert "  wheelhouse/%s\n" % name in manifest
+    names = {w.split("-")[0].lower() for w in wheels}
+    # vllm-router's own requirements (METADATA Requires-Dist), all there for pip --no-index.
+    with zipfile.ZipFile(router) as zf:
+        meta = zf.read("vllm_router-%s.dist-info/METADATA" % gw["version"]).decode()
+    required = [
+        line.split(":", 1)[1].strip().split(";")[0].split(">")[0].split("=")[0].split("<")[0].strip()
+        for line in meta.splitlines()
+        if line.startswith("Requires-Dist:") and "extra ==" not in line
+    ]
+    assert required
+    for req in required:
+        assert req.lower().replace("-", "_") in names, (req, names)
 
 
 def test_foreign_files_are_kept_and_listed(built, tmp_path):
@@ -210,22 +236,40 @@ def test_patch_script_reports_a_second_run_as_skipped_and_reverts(built, tmp_pat
 PY310 = python310()
 
 
+@pytest.fixture
+def patched_stack(tmp_path_factory):
+    """The stack installed in the image's order, with pip (the venv's) where the image uses
+    uv (standin_helpers.shared_stack: one install per test process), and vllm-kunlun's fixes
+    applied as the image build applies them; put back after the test, since the other stack
+    tests use the same venv."""
+    stack = shared_stack(tmp_path_factory, PY310)
+    py, sh = stack["python"], stack["sh"]
+    site = Path(sh(py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
+    script = site / "vllm_kunlun" / "patches" / "patch_torch251.py"
+    eval_frame = site / "torch" / "_dynamo" / "eval_frame.py"
+    torch_eval_frame = eval_frame.read_bytes()
+    try:
+        patch = sh(py, str(script))
+        shutil.copy(site / "vllm_kunlun" / "patches" / "eval_frame.py", eval_frame)
+        yield dict(stack, site=site, patch=patch)
+    finally:
+        eval_frame.write_bytes(torch_eval_frame)
+        assert sh(py, str(script), "--revert").splitlines()[-1] == "Revert complete."
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(PY310 is None, reason=NO_PY310)
-def test_install_the_stack_into_a_venv(built, pins, tmp_path):
-    """The image's install sequence, with pip (the venv's) where the image uses uv."""
-    out, _ = built
+def test_install_the_stack_into_a_venv(patched_stack, pins, tmp_path):
+    """The image's install sequence gives every pinned version, the patches' expected
+    results, torch's CUDA-compatible devices and vllm's server and console script."""
     comps = pins["kunlun_stack_components"]
-    stack = install_stack(out, tmp_path, comps, PY310)
-    venv, py, env, sh = stack["venv"], stack["python"], stack["env"], stack["sh"]
-    site = Path(sh(py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
-    patch = sh(py, str(site / "vllm_kunlun" / "patches" / "patch_torch251.py"))
+    venv, py, env, sh = patched_stack["venv"], patched_stack["python"], patched_stack["env"], patched_stack["sh"]
+    site = patched_stack["site"]
     expect = pins["kunlun_stack_patch_expect"]
     assert (
         "  Results: %d applied  |  0 skipped  |  %d failed  |  11 total" % (expect["applied"], expect["failed"])
-        in patch.splitlines()
+        in patched_stack["patch"].splitlines()
     )
-    shutil.copy(site / "vllm_kunlun" / "patches" / "eval_frame.py", site / "torch" / "_dynamo" / "eval_frame.py")
     # the 0.15.1-era tree's quantization file (vllm_kunlun/ops/quantization/__init__.py) is
     # empty: vllm's own module stays (the image build's rule)
     assert (site / "vllm_kunlun" / "ops" / "quantization" / "__init__.py").read_text() == ""

@@ -1,11 +1,12 @@
 """The stand-in stack fails the way the real one does (issue 12, part 2).
 
 A CPython 3.10 venv holds the stand-in stack installed from a freshly built bundle, in the
-image's order; the api_server is run from that venv, so it loads its platform plugin
-(vllm_kunlun), torch, the `_kunlun` extension, kunlun_ops and transformers like vllm 0.15.1
-with vllm-kunlun does. Each bad combination must stop it at start with the real error; the
-good one must serve. A card in error (a node with no driver behind it) must change what the
-runtime counts. The kit must make that node.
+image's order (standin_helpers.shared_stack: one install per test process); the api_server
+is run from that venv, so it loads its platform plugin (vllm_kunlun), torch, the `_kunlun`
+extension, kunlun_ops and transformers like vllm 0.15.1 with vllm-kunlun does. Each bad
+combination (swapped into that venv, then put back) must stop it at start with the real
+error; the good one must serve. A card in error (a node with no driver behind it) must
+change what the runtime counts. The kit must make that node.
 """
 
 import importlib.util
@@ -27,17 +28,17 @@ from standin_helpers import (
     ROOT,
     Server,
     bundle_files,
-    install_stack,
     load_pins,
     make_dead_node,
     make_dev_dir,
     python310,
     run_server_once,
     server_env,
+    shared_stack,
     venv_env,
 )
 
-# Builds a bundle and two CPython 3.10 venvs of the stack: over a minute.
+# Installs the stack into a CPython 3.10 venv (shared with the other stack tests).
 pytestmark = pytest.mark.slow
 PINS = load_pins()
 COMPONENTS = PINS["kunlun_stack_components"]
@@ -74,8 +75,8 @@ def serving_args(model_dir, **over):
 def work(tmp_path_factory):
     assert PY310, "the stand-in stack needs a CPython 3.10 interpreter (the image's)"
     tmp = tmp_path_factory.mktemp("failing-stack")
-    out = tmp / "bundle"
-    bundle.build(str(out), force=True, log=lambda *_: None)
+    # The shared stack's bundle, with the bad artifacts written beside its own files.
+    out = shared_stack(tmp_path_factory, PY310)["bundle"]
     variant = bundle.build_vllm_kunlun_variant(str(out), "2fda97b")
     tf553 = bundle.fetch_transformers_version("5.5.3", str(out))
     model = tmp / "models" / PINS["kunlun_stack_model"]["directory"]
@@ -85,9 +86,8 @@ def work(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def good(work):
-    (work["tmp"] / "good").mkdir()
-    return install_stack(work["bundle"], work["tmp"] / "good", COMPONENTS, PY310)
+def good(tmp_path_factory):
+    return shared_stack(tmp_path_factory, PY310)
 
 
 def site_packages(stack) -> Path:
@@ -168,24 +168,41 @@ def test_missing_kunlun_extension_stops_vllm_at_start(good, work):
         aside.rename(ext[0])
 
 
-def test_vllm_kunlun_2fda97b_with_kunlun_ops_0_1_58_stops_vllm_at_start(work):
-    comps = json.loads(json.dumps(COMPONENTS))
-    comps["vllm_kunlun"]["artifact"] = work["variant"]
-    (work["tmp"] / "v2fda97b").mkdir()
-    stack = install_stack(work["bundle"], work["tmp"] / "v2fda97b", comps, PY310)
-    got = stack["sh"](
-        stack["python"],
-        "-c",
-        "import importlib.metadata as m, vllm_kunlun; from vllm_kunlun import _kunlun; "
-        "print(m.version('vllm-kunlun'), vllm_kunlun.__commit__, *_kunlun.version())",
-        cwd="/",
-    ).split()
-    assert got == ["0.25.1.dev0", "2fda97b", "0.25.1.dev0", "2fda97b"]
-    out = start_fails(stack, work)
-    assert "Platform plugin kunlun is activated" in out
-    assert "EngineCore failed to start." in out
-    assert "TypeError: causal_conv1d_update() got an unexpected keyword argument 'silu_activation'" in out
-    assert "Engine core initialization failed" in out
+def test_vllm_kunlun_2fda97b_with_kunlun_ops_0_1_58_stops_vllm_at_start(good, work):
+    # The variant over the good stack, the way the image-engine suite makes its bad image (the
+    # package and its metadata out, the variant's tree built and installed); the good one's
+    # files are moved aside and put back, rather than a whole second stack installed.
+    sh, py = good["sh"], good["python"]
+    site = site_packages(good)
+    aside = work["tmp"] / "good-vllm-kunlun"
+    aside.mkdir()
+    good_files = [site / "vllm_kunlun", *site.glob("vllm_kunlun-*")]
+    for path in good_files:
+        path.rename(aside / path.name)
+    try:
+        src = work["tmp"] / "v2fda97b"
+        src.mkdir()
+        sh("tar", "-xzf", str(work["bundle"] / work["variant"]), "-C", str(src), "--strip-components=1")
+        sh(py, "setup.py", "build", cwd=src)
+        sh(py, "setup.py", "install", cwd=src)
+        got = sh(
+            py,
+            "-c",
+            "import importlib.metadata as m, vllm_kunlun; from vllm_kunlun import _kunlun; "
+            "print(m.version('vllm-kunlun'), vllm_kunlun.__commit__, *_kunlun.version())",
+            cwd="/",
+        ).split()
+        assert got == ["0.25.1.dev0", "2fda97b", "0.25.1.dev0", "2fda97b"]
+        out = start_fails(good, work)
+        assert "Platform plugin kunlun is activated" in out
+        assert "EngineCore failed to start." in out
+        assert "TypeError: causal_conv1d_update() got an unexpected keyword argument 'silu_activation'" in out
+        assert "Engine core initialization failed" in out
+    finally:
+        for path in [site / "vllm_kunlun", *site.glob("vllm_kunlun-*")]:
+            shutil.rmtree(path)
+        for path in good_files:
+            (aside / path.name).rename(path)
 
 
 def _load(path, name):

@@ -45,12 +45,18 @@ def the_run(runs, marker):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """The RUN lines for the stand-in bundle (its vllm-kunlun tarball as git archive
-    --prefix writes it)."""
+def rendered(tmp_path_factory):
+    """The stand-in bundle's site (its vllm-kunlun tarball as git archive --prefix writes
+    it: one top-level directory) and the RUN lines for it."""
     from image_helpers import Site
 
-    return render(Site(tmp_path_factory.mktemp("render")))
+    site = Site(tmp_path_factory.mktemp("render"))
+    return site, render(site)
+
+
+@pytest.fixture(scope="module")
+def runs(rendered):
+    return rendered[1]
 
 
 @pytest.fixture(scope="module")
@@ -306,10 +312,39 @@ def tarball(path, files, top="", commit=None):
             tar.addfile(info, io.BytesIO(data))
 
 
-@pytest.mark.parametrize("top", ["", "vllm_kunlun-0.15.1.dev0"])
-def test_the_vllm_kunlun_build_runs_where_setup_py_is(tmp_path, top):
-    """git archive without --prefix puts the tree at the root, with --prefix (and every
-    sdist) in one directory: the build step runs setup.py in the tree either way."""
+def build_step_calls(line, tarball, tmp_path):
+    """The build step run with `tarball` in its context: the directories setup.py ran in."""
+    work = tmp_path / "ctx"
+    work.mkdir()
+    shutil.copy(tarball, work)
+    py = tmp_path / "python"
+    log = tmp_path / "calls"
+    py.write_text(
+        '#!/bin/sh\n[ -f setup.py ] || { echo "no setup.py in $PWD" >&2; exit 1; }\necho "$PWD $*" >> %s\n' % log
+    )
+    py.chmod(0o755)
+    proc = run_step(line.replace("/tmp/vllm-kunlun", str(tmp_path / "vk")), py, cwd=work)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return log.read_text().splitlines()
+
+
+def test_the_vllm_kunlun_build_runs_in_the_tarball_s_top_directory(rendered, tmp_path):
+    """git archive with --prefix (the stand-in's tarball, as the vendor's) and every sdist
+    put the tree in one directory: the build step runs setup.py there."""
+    site, runs = rendered
+    tarball = site.bundle / site.files()["vllm_kunlun"]
+    with tarfile.open(tarball) as tar:
+        (top,) = {m.name.split("/", 1)[0] for m in tar.getmembers()}
+    where = str(tmp_path / "vk" / top)
+    assert build_step_calls(the_run(runs, "setup.py build"), tarball, tmp_path) == [
+        "%s setup.py build" % where,
+        "%s setup.py install" % where,
+    ]
+
+
+def test_the_vllm_kunlun_build_runs_at_the_root_of_a_tarball_without_a_top_directory(tmp_path):
+    """git archive without --prefix puts the tree at the root: the build step runs setup.py
+    there (the Dockerfile rendered for such a bundle)."""
     from kunlun_fleet.sim import bundle as sim
     from image_helpers import Site
 
@@ -319,21 +354,13 @@ def test_the_vllm_kunlun_build_runs_where_setup_py_is(tmp_path, top):
     tarball(
         site.vendor / "vllm-kunlun-0.15.1.dev0-4885de2.tar.gz",
         {"setup.py": "# setup.py\n", "pyproject.toml": '[project]\nname = "vllm-kunlun"\nversion = "0.15.1.dev0"\n'},
-        top,
+        "",
         sim.VLLM_KUNLUN_COMMIT_IDS["4885de2"],
     )
     site.rebuild()
     line = the_run(render(site), "setup.py build")
-    work = tmp_path / "ctx"
-    work.mkdir()
-    shutil.copy(site.bundle / site.files()["vllm_kunlun"], work)
-    py = tmp_path / "python"
-    log = tmp_path / "calls"
-    py.write_text(
-        '#!/bin/sh\n[ -f setup.py ] || { echo "no setup.py in $PWD" >&2; exit 1; }\necho "$PWD $*" >> %s\n' % log
-    )
-    py.chmod(0o755)
-    proc = run_step(line.replace("/tmp/vllm-kunlun", str(tmp_path / "vk")), py, cwd=work)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    where = str(tmp_path / "vk") + ("/" + top if top else "")
-    assert log.read_text().splitlines() == ["%s setup.py build" % where, "%s setup.py install" % where]
+    where = str(tmp_path / "vk")
+    assert build_step_calls(line, site.bundle / site.files()["vllm_kunlun"], tmp_path) == [
+        "%s setup.py build" % where,
+        "%s setup.py install" % where,
+    ]

@@ -80,19 +80,19 @@ def test_no_api_key_in_the_vault(inventory, run_preflight):
     assert "Host | " not in out
 
 
-def test_api_key_is_never_printed(inventory, run_preflight):
+# One -vvv run through every controller check (ending at the last, the bundle's, on a
+# bundle without its index): each used to be a run of its own (the API key never printed,
+# host variables' secrets never printed, the bundle without bundle.yml).
+def test_secrets_are_never_printed_and_a_bundle_without_its_index_is_refused(inventory, run_preflight, tmp_path):
+    """Preflight hands every host variable to inventory_check; at -vvv Ansible prints a
+    module's arguments. The fleet's API key, a become password (vaulted, as an operator
+    keeps it) and a registry password (plain) must appear nowhere, while the run still
+    judges the inventory (it passes, with the secrets in it, on to the last check). A bundle
+    laid out by hand (no bundle.yml): nothing says which file is which pin, and the fix is
+    named."""
     from kunlun_fleet import vault
 
     key = vault.read_api_key(str(inventory.path), os.environ["ANSIBLE_VAULT_PASSWORD_FILE"])
-    rc, out = run_preflight(inventory, "-vvv")
-    assert key not in out, "the API key appears in preflight's -vvv output"
-
-
-def test_host_variable_secrets_are_never_printed(inventory, run_preflight, tmp_path):
-    """Preflight hands every host variable to inventory_check; at -vvv Ansible prints a
-    module's arguments. A become password (vaulted, as an operator keeps it) and a
-    registry password (plain) must appear nowhere, while the run still judges the
-    inventory (a misspelt variable is refused by name)."""
     become = "Become-Secret-5f1c2e"
     registry = "Registry-Secret-9a7b3d"
     vaulted = subprocess.run(
@@ -103,9 +103,18 @@ def test_host_variable_secrets_are_never_printed(inventory, run_preflight, tmp_p
     ).stdout
     (inventory.path / "group_vars/all/become.yml").write_text("---\n" + vaulted)
     inventory.update("host_vars/p800-a01.yml", image_registry_password=registry)
-    inventory.update("group_vars/all/stack.yml", kunlun_stack_devce_count=8)
+    installer = "#!/bin/sh\n# XRE self-extracting installer, version 5.0.21.26\n"
+    digest = hashlib.sha256(installer.encode()).hexdigest()
+    bundle = driver_bundle(tmp_path, digest, installer=installer, index=False)
+    inventory.update("group_vars/all/stack.yml", kunlun_stack_bundle_dir=str(bundle))
     rc, out = run_preflight(inventory, "-vvv")
-    assert_refused_before_hosts(rc, out, "unknown variable kunlun_stack_devce_count")
+    assert_refused_before_hosts(
+        rc,
+        out,
+        "bundle.yml: missing from %s" % bundle,
+        "Fix: build the bundle again: kunlun-fleet bundle build %s --vendor VDIR" % bundle,
+    )
+    assert key not in out, "the API key appears in preflight's -vvv output"
     assert become not in out, "the become password appears in preflight's -vvv output"
     assert registry not in out, "the registry password appears in preflight's -vvv output"
 
@@ -188,33 +197,23 @@ def driver_bundle(tmp_path, digest, installer=None, index=True):
     return bundle
 
 
-def test_bundle_missing_file(inventory, run_preflight, tmp_path):
-    inventory.update("group_vars/all/stack.yml", kunlun_stack_bundle_dir=str(driver_bundle(tmp_path, "0" * 64)))
-    rc, out = run_preflight(inventory)
-    assert_refused_before_hosts(rc, out, "drivers/xre-Linux-x86_64-5.0.21.26.run: listed in the manifest but missing")
-
-
-def test_bundle_checksum_mismatch(inventory, run_preflight, tmp_path):
-    bundle = driver_bundle(tmp_path, "1" * 64, installer="not the installer\n")
-    inventory.update("group_vars/all/stack.yml", kunlun_stack_bundle_dir=str(bundle))
-    rc, out = run_preflight(inventory)
-    assert_refused_before_hosts(
-        rc, out, "drivers/xre-Linux-x86_64-5.0.21.26.run: checksum mismatch: sha256", "the manifest says 1111"
-    )
-
-
-def test_bundle_without_its_index_is_refused_with_the_fix(inventory, run_preflight, tmp_path):
-    """A bundle laid out by hand (no bundle.yml): nothing says which file is which pin."""
-    installer = "#!/bin/sh\n# XRE self-extracting installer, version 5.0.21.26\n"
-    digest = hashlib.sha256(installer.encode()).hexdigest()
-    bundle = driver_bundle(tmp_path, digest, installer=installer, index=False)
+# bundle_check names every file that is wrong in one message, so one run proves both
+# refusals (each used to be a run of its own). The bundle without its index:
+# test_secrets_are_never_printed_and_a_bundle_without_its_index_is_refused.
+def test_bundle_missing_file_and_checksum_mismatch(inventory, run_preflight, tmp_path):
+    bundle = driver_bundle(tmp_path, "0" * 64)
+    (bundle / "wheels").mkdir()
+    (bundle / "wheels/cocopod.whl").write_text("not the wheel\n")
+    with open(bundle / "MANIFEST.sha256", "a") as fh:
+        fh.write("%s  wheels/cocopod.whl\n" % ("1" * 64))
     inventory.update("group_vars/all/stack.yml", kunlun_stack_bundle_dir=str(bundle))
     rc, out = run_preflight(inventory)
     assert_refused_before_hosts(
         rc,
         out,
-        "bundle.yml: missing from %s" % bundle,
-        "Fix: build the bundle again: kunlun-fleet bundle build %s --vendor VDIR" % bundle,
+        "drivers/xre-Linux-x86_64-5.0.21.26.run: listed in the manifest but missing",
+        "wheels/cocopod.whl: checksum mismatch: sha256",
+        "the manifest says 1111",
     )
 
 

@@ -93,7 +93,10 @@ def standin(tmp_path, pins, model_dir):
     started = []
 
     def make(**kw):
-        srv = StandIn(tmp_path, pins, model_dir, **kw)
+        # Each server its own directory (log, exit code, device nodes).
+        home = tmp_path / ("standin-%d" % len(started))
+        home.mkdir()
+        srv = StandIn(home, pins, model_dir, **kw)
         started.append(srv)
         return srv
 
@@ -102,14 +105,15 @@ def standin(tmp_path, pins, model_dir):
         srv.stop()
 
 
-def run_module(tmp_path, args, check=False, background=False):
-    """serving_ready as a task of a real ansible-playbook run on localhost (json callback)."""
+def run_module(tmp_path, *args, check=False, background=False):
+    """serving_ready as tasks of a real ansible-playbook run on localhost (json callback), a
+    task per argument dict, each run whatever the one before it gave."""
     play = [
         {
             "name": "readiness",
             "hosts": "localhost",
             "gather_facts": False,
-            "tasks": [{"name": "serving_ready", "serving_ready": args}],
+            "tasks": [{"name": "serving_ready", "serving_ready": a, "ignore_errors": True} for a in args],
         }
     ]
     book = tmp_path / "ready.yml"
@@ -143,15 +147,16 @@ def run_module(tmp_path, args, check=False, background=False):
 
 
 def finish(proc, timeout=120):
+    """([each task's result], the run's output)."""
     out, err = proc.communicate(timeout=timeout)
     try:
         doc = json.loads(out)
-        result = doc["plays"][0]["tasks"][0]["hosts"]["localhost"]
+        results = [task["hosts"]["localhost"] for task in doc["plays"][0]["tasks"]]
     except (ValueError, KeyError, IndexError):
         raise AssertionError(
             "no task result from ansible-playbook (rc %s):\n%s\n%s" % (proc.returncode, out, err)
         ) from None
-    return result, out + err
+    return results, out + err
 
 
 def wait_for(path: Path, budget=60.0):

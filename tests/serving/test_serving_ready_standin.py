@@ -44,7 +44,7 @@ def test_waits_through_the_load_then_completes(tmp_path, standin):
     )
     wait_for(mark)
     srv.start()
-    result, output = finish(proc)
+    (result,), output = finish(proc)
     assert result.get("failed") is not True, output
     assert result["ready"] is True
     assert result["probes"] >= 2
@@ -58,11 +58,14 @@ def test_waits_through_the_load_then_completes(tmp_path, standin):
     assert KEY not in output
 
 
-def test_wrong_key_fails_with_401_and_never_shows_the_key(tmp_path, standin):
+# One run, a task each (a run costs about 2.5 CPU-s; each used to be a run of its own).
+def test_wrong_key_fails_with_401_and_a_server_that_dies_shows_its_log(tmp_path, standin):
     srv = standin(api_key=KEY, served_name=NAME, load_seconds=0).start()
+    # 7 devices for tensor parallel 8: vllm refuses to start and exits 1.
+    dying = standin(api_key=KEY, served_name=NAME, devices=7, load_seconds=2).start()
     wait_health(srv)
     wrong = "sk-wrong-5be7a9d3"
-    result, output = run_module(
+    (result, died), output = run_module(
         tmp_path,
         {
             "url": srv.url,
@@ -71,6 +74,15 @@ def test_wrong_key_fails_with_401_and_never_shows_the_key(tmp_path, standin):
             "timeout": 600,
             "log_file": str(srv.log_path),
             "log_lines": 5,
+        },
+        {
+            "url": dying.url,
+            "served_model_name": NAME,
+            "api_key": KEY,
+            "timeout": 600,
+            "interval": 0.5,
+            "failed_command": dying.failed_command(),
+            "log_file": str(dying.log_path),
         },
     )
     assert result["failed"] is True
@@ -83,38 +95,13 @@ def test_wrong_key_fails_with_401_and_never_shows_the_key(tmp_path, standin):
     assert wrong not in output and KEY not in output
     assert result["invocation"]["module_args"]["api_key"] == "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"
 
-
-def test_server_that_dies_shows_its_log(tmp_path, standin):
-    # 7 devices for tensor parallel 8: vllm refuses to start and exits 1.
-    srv = standin(api_key=KEY, served_name=NAME, devices=7, load_seconds=2)
-    srv.start()
-    result, output = run_module(
-        tmp_path,
-        {
-            "url": srv.url,
-            "served_model_name": NAME,
-            "api_key": KEY,
-            "timeout": 600,
-            "interval": 0.5,
-            "failed_command": srv.failed_command(),
-            "log_file": str(srv.log_path),
-        },
-    )
-    assert result["failed"] is True
-    assert "the service has failed (`test -s" in result["msg"]
-    assert "Connection refused" in result["msg"]
-    assert "World size (8) is larger than the number of available GPUs (7)" in result["msg"]
-    assert any("World size (8)" in line for line in result["log"])
-    assert KEY not in output
+    assert died["failed"] is True
+    assert "the service has failed (`test -s" in died["msg"]
+    assert "Connection refused" in died["msg"]
+    assert "World size (8) is larger than the number of available GPUs (7)" in died["msg"]
+    assert any("World size (8)" in line for line in died["log"])
 
 
-def test_check_mode_probes_once_and_does_not_fail(tmp_path, standin):
-    srv = standin(api_key=KEY, served_name=NAME)  # never started
-    result, output = run_module(
-        tmp_path, {"url": srv.url, "served_model_name": NAME, "api_key": KEY, "timeout": 600}, check=True
-    )
-    assert result.get("failed") is not True, output
-    assert result["ready"] is False
-    assert result["probes"] == 1
-    assert result["completion_text"] is None
-    assert "Connection refused" in result["probe_error"]
+# Check mode (one probe, no completion, never a failure, the server down): the module's
+# own test, tests/unit/test_serving_ready.py::test_check_mode_server_down_does_not_fail_or_wait,
+# and through the stages, the e2e's --check run of site.yml.

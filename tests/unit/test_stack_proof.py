@@ -540,20 +540,17 @@ sys.exit(subprocess.call([os.environ["FAKE_DOCKER_PYTHON"]] + rest, env=env, cwd
 
 
 sys.path.insert(0, str(ROOT / "tests" / "artifacts"))
-from standin_helpers import NO_PY310, install_stack, python310  # noqa: E402 (path set just above)
+from standin_helpers import NO_PY310, python310, shared_stack  # noqa: E402 (path set just above)
 
 PY310 = python310()
 
 
 @pytest.fixture(scope="module")
 def stack_venv(tmp_path_factory):
-    """A CPython 3.10 venv holding the stand-in stack, installed in the image's order."""
-    from kunlun_fleet.sim import bundle
-
+    """A CPython 3.10 venv holding the stand-in stack, installed in the image's order (the
+    one tests/artifacts uses too, installed once per test process)."""
     tmp = tmp_path_factory.mktemp("proof")
-    out = tmp / "bundle"
-    bundle.build(str(out), force=True, log=lambda *_: None)
-    stack = install_stack(out, tmp, COMPONENTS, PY310)
+    stack = shared_stack(tmp_path_factory, PY310)
     fake = tmp / "bin" / "docker"
     fake.parent.mkdir()
     fake.write_text(FAKE_DOCKER)
