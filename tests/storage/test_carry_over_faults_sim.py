@@ -2,7 +2,7 @@
 
 The suite's host (kf-node-2, or a scratch lane's) is reset with the kit's seeds
 (home_content, docker_content), /home gets more content (tests/storage/host_tool.py
-seed-home: 3000 small files, a 96 MiB file, 4 GiB and 1 GiB sparse files, a 3-name
+seed-home: 3000 small files, a 96 MiB file, 256 and 64 MiB sparse files, a 3-name
 hard-link group, a FIFO, setuid/sticky modes, non-UTF-8 names, old and ns mtimes, a
 default ACL, an owner without passwd entry) and a Docker engine that was there before
 (images of one and two layers - whiteouts, an opaque directory -, a stopped container,
