@@ -3,12 +3,13 @@ refused with a clear message and nothing changes on the host; VD cards and their
 option.
 
 Each test runs `playbooks/driver.yml --limit HOST -i INVENTORY` and compares a snapshot of
-what the role could touch, taken before and after. The host comes from one of three resets
-(`kunlun-fleet sim-reset HOST [--fault NAME=VALUE]`) that the tests share: a host without a
-driver (bare_host), one holding the pinned driver (pinned_host) and one holding an older
-XRE. A refusal changes nothing (its snapshot proves it), so the next test finds the host as
-the reset left it; the faults the kit reads at every call (device count, a device in error,
-firmware, power cap, card variant) are rewritten in place between tests.
+what the role could touch, taken before and after. The tests share two resets (`kunlun-fleet
+sim-reset HOST [--fault NAME=VALUE]`): a host holding an older XRE, then one without a
+driver (bare_host), on which the stage ends up installing the pinned driver for the tests
+of a host holding it (pinned_host; alone, they reset with it). A refusal changes nothing
+(its snapshot proves it), so the next test finds the host as the one before left it; the
+faults the kit reads at every call (device count, a device in error, firmware, power cap,
+card variant) are rewritten in place between tests.
 """
 
 import os
@@ -197,6 +198,28 @@ def damaged_bundle(tmp_path):
     return str(tmp_path)
 
 
+# ------------------------------------------------------ a host holding an older driver
+
+
+def test_serving_host_needing_an_upgrade_is_refused():
+    # The upgrade itself (the same reset without the process holding a device): molecule/driver.
+    sim_reset("xpu_old_driver=" + OLD)
+    on_host("setsid -f sh -c 'exec sleep 100000 3</dev/xpu3' </dev/null >/dev/null 2>&1")
+    before = snapshot()
+    proc, recap = driver_play()
+    refused(
+        proc,
+        recap,
+        "runs XRE %s and the pin is %s, but the host is serving" % (OLD, PIN),
+        "sleep (pid",
+        "holds /dev/xpu3",
+        "drain the host first",
+        "Nothing was changed",
+    )
+    assert snapshot() == before
+    assert "/usr/local/xpu/version" in before and on_host("cat /usr/local/xpu/version") == OLD
+
+
 # ------------------------------------------------- bad input on a host without a driver
 # One reset for these (bare_host): each refusal changes nothing; the failed installer and
 # the install that comes after it go last, in the order a host meets them.
@@ -290,32 +313,19 @@ def test_device_in_error_found_after_install():
     assert on_host("ls /etc/ansible/facts.d/xpu.fact 2>/dev/null || echo none") == "none"
     assert on_host("grep -rs KLreg /etc/modprobe.d || echo none") == "none"
     assert on_host("ls /etc/modules-load.d/kunlun_peermem.conf 2>/dev/null || echo none") == "none"
-
-
-# ------------------------------------------------------ a host holding an older driver
-
-
-def test_serving_host_needing_an_upgrade_is_refused():
-    # The upgrade itself (the same reset without the process holding a device): molecule/driver.
-    sim_reset("xpu_old_driver=" + OLD)
-    on_host("setsid -f sh -c 'exec sleep 100000 3</dev/xpu3' </dev/null >/dev/null 2>&1")
-    before = snapshot()
-    proc, recap = driver_play()
-    refused(
-        proc,
-        recap,
-        "runs XRE %s and the pin is %s, but the host is serving" % (OLD, PIN),
-        "sleep (pid",
-        "holds /dev/xpu3",
-        "drain the host first",
-        "Nothing was changed",
+    # The host now holds the pinned driver, installed by the stage: once the card is good
+    # again (the fault cleared, the module reloaded) the tests on the pinned driver go on
+    # here instead of on a reset that installs it.
+    on_host(
+        ': > /etc/kunlun-kit/faults; for m in kunlun_peermem kunlun; do lsmod | grep -q "^$m " && rmmod $m; done;'
+        " modprobe kunlun"
     )
-    assert snapshot() == before
-    assert "/usr/local/xpu/version" in before and on_host("cat /usr/local/xpu/version") == OLD
+    _HOST["kind"] = "pinned"
 
 
 # -------------------------------------------- bad input on a host holding the pinned driver
-# One reset for these (pinned_host); the VD tests, which change the host, go last.
+# On the host the tests above leave (or one reset: pinned_host); the VD tests, which change
+# the host, go last.
 
 
 def test_device_in_error_on_installed_driver():

@@ -3,8 +3,9 @@ tested through the real interfaces: the stock community modules over SSH, the LV
 line, real loop devices and XFS. HOST: a scratch lane's, or kf-node-1 of the shared fleet,
 so the suite runs in a lane that owns that host.
 
-The tests on a blank data disk share one reset (blank_host): each removes what it made, and
-one that finds the disk not blank (a test before it failed) resets the host.
+The tests share one reset: the kit's faults first, then the tests on a blank data disk
+(blank_host) on the same host, its disk wiped; each removes what it made, and one that
+finds the disk not blank (a test before it failed) resets the host.
 
 The stock modules' build (lvg, lvol, filesystem, mount: a writable XFS, unchanged on a second
 run) is the storage stage's own path: molecule/storage. An LV and its XFS grown online by
@@ -36,6 +37,27 @@ def blank_host(fresh_host):
         fresh_host(HOST)
         _RESET["done"] = True
     return HOST
+
+
+def test_kit_faults_shape_the_host(fresh_host):
+    host = fresh_host(HOST, "disk_has_fs=1", "home_content=1", "docker_content=1", "no_kernel_headers=1")
+    assert ssh(host, "blkid -o value -s TYPE /dev/vdb").stdout.strip() == "ext4"
+    assert ssh(host, "cat /home/alice/notes.txt | head -1").stdout == "alice's notes\n"
+    blocks, bsize, size = ssh(host, "stat -c '%b %B %s' /home/alice/sparse.img").stdout.split()
+    assert int(size) == 2 << 30
+    assert int(blocks) * int(bsize) < 1 << 20
+    assert ssh(host, "stat -c %h /home/bob/data.bin").stdout.strip() == "2"
+    assert "user:bob:r--" in ssh(host, "getfacl -p /home/alice/shared.txt").stdout
+    assert ssh(host, "test -s /var/lib/kunlun-kit/home.manifest && echo yes").stdout.strip() == "yes"
+    assert ssh(host, "cat /var/lib/docker/volumes/kf-seed-data/_data/hello.txt").stdout.startswith("data")
+    proc = ssh(host, "test -e /usr/src/linux-headers-$(uname -r) || echo absent")
+    assert proc.stdout.strip() == "absent"
+    status = json.loads(sim("sim-status", "--json").stdout)
+    row = [r for r in status["hosts"] if r["host"] == NAME][0]
+    assert row["faults"]["disk_has_fs"] == "1"
+    # The tests after this one need only a blank data disk: this host, its disk wiped.
+    ssh(host, "wipefs -q -a /dev/vdb")
+    _RESET["done"] = True
 
 
 def test_new_lv_is_wiped(fresh_host):
@@ -140,21 +162,3 @@ def test_lvg_lvol_filesystem_mount_give_writable_xfs_that_survives_a_restart(fre
     # The modules find the volume as they left it: nothing to do.
     _, recap = playbook("lvm_xfs.yml", "-e", "target=kf-node-%d" % host)
     assert recap[NAME]["changed"] == 0
-
-
-def test_kit_faults_shape_the_host(fresh_host):
-    host = fresh_host(HOST, "disk_has_fs=1", "home_content=1", "docker_content=1", "no_kernel_headers=1")
-    assert ssh(host, "blkid -o value -s TYPE /dev/vdb").stdout.strip() == "ext4"
-    assert ssh(host, "cat /home/alice/notes.txt | head -1").stdout == "alice's notes\n"
-    blocks, bsize, size = ssh(host, "stat -c '%b %B %s' /home/alice/sparse.img").stdout.split()
-    assert int(size) == 2 << 30
-    assert int(blocks) * int(bsize) < 1 << 20
-    assert ssh(host, "stat -c %h /home/bob/data.bin").stdout.strip() == "2"
-    assert "user:bob:r--" in ssh(host, "getfacl -p /home/alice/shared.txt").stdout
-    assert ssh(host, "test -s /var/lib/kunlun-kit/home.manifest && echo yes").stdout.strip() == "yes"
-    assert ssh(host, "cat /var/lib/docker/volumes/kf-seed-data/_data/hello.txt").stdout.startswith("data")
-    proc = ssh(host, "test -e /usr/src/linux-headers-$(uname -r) || echo absent")
-    assert proc.stdout.strip() == "absent"
-    status = json.loads(sim("sim-status", "--json").stdout)
-    row = [r for r in status["hosts"] if r["host"] == NAME][0]
-    assert row["faults"]["disk_has_fs"] == "1"
