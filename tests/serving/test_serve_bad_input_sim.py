@@ -3,10 +3,11 @@ anything there."""
 
 import os
 import subprocess
+import time
 
 import pytest
 
-from kunlun_fleet.sim.testing import INVENTORY, REPO, VENV_BIN, _env, lane_host, ssh
+from kunlun_fleet.sim.testing import INVENTORY, REPO, VENV_BIN, _env, lane_host, sim, ssh
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 INDEX, HOST = lane_host(3)
@@ -29,18 +30,32 @@ def nothing_written(host):
     return left.count("No such file or directory") == 2
 
 
-def test_serving_port_taken_by_another_program(fresh_host):
-    host = fresh_host(INDEX)
-    ssh(host, "systemd-run --unit kf-port-squatter python3 -m http.server 8000 --bind 0.0.0.0 && sleep 1")
-    rc, out = serve("--limit", HOST)
+@pytest.fixture(scope="module")
+def host(_hosts_to_reset):
+    """One reset for both refusals: each proves it wrote nothing, so the next finds the host
+    as the reset left it (the squatter is stopped in between)."""
+    sim("sim-reset", str(INDEX))
+    _hosts_to_reset.add(INDEX)
+    return INDEX
+
+
+def test_serving_port_taken_by_another_program(host):
+    ssh(host, "systemd-run --unit kf-port-squatter python3 -m http.server 8000 --bind 0.0.0.0")
+    try:
+        deadline = time.monotonic() + 60
+        while ssh(host, "ss -Htln 'sport = :8000' | grep -q .", check=False).returncode != 0:
+            assert time.monotonic() < deadline, "the squatter never listened on 8000"
+            time.sleep(0.5)
+        rc, out = serve("--limit", HOST)
+    finally:
+        ssh(host, "systemctl stop kf-port-squatter", check=False)
     assert rc != 0, out[-3000:]
     assert "Port 8000 on %s is taken by another program" % HOST in out, out[-3000:]
     assert "kunlun_stack_serving.port" in out
     assert nothing_written(host)
 
 
-def test_no_api_key_in_the_vault(fresh_host):
-    host = fresh_host(INDEX)
+def test_no_api_key_in_the_vault(host):
     rc, out = serve("--limit", HOST, "-e", "vault_kunlun_api_key=''")
     assert rc != 0
     assert "No API key for the fleet" in out and "kunlun-fleet api-key -i <inventory>" in out, out[-3000:]
