@@ -15,13 +15,11 @@ DEST/ansible_collections/kunlun/fleet and runs `ansible-galaxy collection build`
 The collection's own files live in collection/, not at the project's root, so the
 playbook project does not look like a collection to ansible-lint or ansible-galaxy.
 
-Two rewrites make the copy collection-safe, the sources stay as they are:
-
-* In modules and module_utils, `ansible.module_utils.<ours>` (the files of module_utils/)
-  becomes `ansible_collections.kunlun.fleet.plugins.module_utils.<ours>`; ansible-core's
-  own module_utils (basic, ...) are left alone.
-* In roles, `{{ role_path }}/../../module_utils/` (a role shipping one of our module_utils
-  to a host) becomes `{{ role_path }}/../../plugins/module_utils/`.
+One rewrite makes the copy collection-safe, the sources stay as they are: in modules,
+module_utils and plugins, `ansible.module_utils.<ours>` (the files of module_utils/) becomes
+`ansible_collections.kunlun.fleet.plugins.module_utils.<ours>`; ansible-core's own
+module_utils (basic, ...) are left alone. A role that ships one of our module_utils to a host
+finds it with the `module_util_file` lookup (plugins/lookup), which knows both layouts.
 
 Roles call our modules by short name (`xpu_info:`). A role inside a collection searches
 its own collection first, so those names resolve to kunlun.fleet.<module> without a
@@ -61,13 +59,6 @@ def rewrite_imports(text: str, names: list[str]) -> str:
     return pattern.sub(lambda m: "%s%s.%s" % (m.group(1), COLLECTION_UTILS, m.group(2)), text)
 
 
-ROLE_UTILS = re.compile(r"(\{\{\s*role_path\s*\}\}/\.\./\.\./)module_utils/")
-
-
-def rewrite_role_file(text: str) -> str:
-    return ROLE_UTILS.sub(r"\1plugins/module_utils/", text)
-
-
 def strip_comments(text: str) -> str:
     """An ansible-test ignore file as ansible-test reads it: the checked-in copy's comment
     lines and blank lines (which ansible-test refuses) are dropped; an entry keeps its
@@ -102,11 +93,6 @@ def stage(root: Path, dest: Path) -> Path:
     shutil.copytree(meta / "meta", coll / "meta", ignore=IGNORE)
 
     shutil.copytree(root / "roles", coll / "roles", ignore=IGNORE)
-    for path in (coll / "roles").rglob("*.yml"):
-        text = path.read_text(encoding="utf-8")
-        new = rewrite_role_file(text)
-        if new != text:
-            path.write_text(new, encoding="utf-8")
 
     copy_python(root / "library", coll / "plugins" / "modules", names)
     copy_python(root / "module_utils", coll / "plugins" / "module_utils", names)
