@@ -1,7 +1,9 @@
 """plugins/filter/serving.py: the vLLM command line from the serving flags, and the requests
 in flight from a server's /metrics. The serve unit renders through these (its ExecStart is
 checked against vLLM's own parser in tests/artifacts/test_vllm_standin.py and against the
-real engine in tests/real_engine)."""
+real engine in tests/real_engine). Whether a host needs a restart or can roll back, and the
+bench results the capacity gate reads, pinned against the Jinja the serve role computed them
+with before (rendered by Ansible's own templar)."""
 
 import json
 import subprocess
@@ -10,8 +12,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible.template import Templar, trust_as_template
 
-from plugins.filter.serving import IN_FLIGHT, vllm_argv, vllm_in_flight
+from plugins.filter.serving import (
+    IN_FLIGHT,
+    serve_can_roll_back,
+    serve_capacity_results_file,
+    serve_needs_restart,
+    vllm_argv,
+    vllm_in_flight,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "module_utils"))
@@ -75,7 +85,22 @@ def test_ansible_finds_every_filter_and_its_documentation_through_the_projects_c
     names = set()
     for path in sorted((ROOT / "plugins/filter").glob("*.py")):
         names |= set(importlib.import_module("plugins.filter." + path.stem).FilterModule().filters())
-    assert {"vllm_argv", "vllm_in_flight", "acceptance_line", "image_tag"} <= names
+    assert {
+        "vllm_argv",
+        "vllm_in_flight",
+        "serve_needs_restart",
+        "serve_can_roll_back",
+        "serve_capacity_results_file",
+        "acceptance_line",
+        "acceptance_lines",
+        "image_tag",
+        "image_build_tag",
+        "gateway_worker_urls",
+        "gateway_worker_todo",
+        "bundle_paths",
+        "storage_adopt",
+        "packages_missing",
+    } <= names
     proc = subprocess.run(
         [str(ROOT / ".venv/bin/ansible-doc"), "-j", "-t", "filter", *sorted(names)],
         cwd=ROOT,
@@ -89,3 +114,113 @@ def test_ansible_finds_every_filter_and_its_documentation_through_the_projects_c
         assert docs[name]["doc"]["filename"] == str(ROOT / "plugins/filter" / (name + ".yml")), name
         assert docs[name]["doc"]["short_description"], name
     assert docs["vllm_argv"]["doc"]["short_description"].startswith("vLLM command-line arguments")
+
+
+def jinja(expr, **variables):
+    return Templar(variables=variables).template(trust_as_template(expr))
+
+
+# roles/serve/tasks/configure.yml, rollback_host.yml and rollout_plan.yml, as they were.
+NEEDS_RESTART_JINJA = """{{ serve_env_file is changed or serve_key_file is changed or serve_image_file is changed
+   or serve_unit_file is changed or not serve_running or serve_restart_pending.stat.exists }}"""
+CAN_ROLL_BACK_JINJA = """{{ serve_last_good.content is defined and (serve_env_file is changed
+   or serve_key_file is changed or serve_image_file is changed or serve_unit_file is changed) }}"""
+RESULTS_USED_JINJA = """{{ serve_capacity_results if serve_capacity_results else
+   (serve_capacity_found.files | default([]) | map(attribute='path') | select('search', '/bench-[^/]+/results.json$')
+    | sort | last | default('')) }}"""
+
+FILES = ("serve_env_file", "serve_key_file", "serve_image_file", "serve_unit_file")
+SAME = {"changed": False, "diff": {}}
+CHANGED = {"changed": True}
+LOOP_CHANGED = {"results": [{"changed": False}, {"changed": True}]}
+LOOP_SAME = {"results": [{"changed": False}]}
+SKIPPED = {"changed": False, "skipped": True, "skip_reason": "Conditional result was False"}
+CONFIGS = [
+    [SAME, SAME, SAME, SAME],
+    [SAME, SAME, SAME, CHANGED],
+    [CHANGED, SAME, SAME, SAME],
+    [SAME, dict(CHANGED, diff={"before": "a", "after": "b"}), SAME, SAME],
+    [SAME, SAME, LOOP_CHANGED, SAME],
+    [SAME, LOOP_SAME, SAME, SKIPPED],
+]
+
+
+@pytest.mark.parametrize("configs", CONFIGS)
+@pytest.mark.parametrize("running", [True, False])
+@pytest.mark.parametrize("pending", [True, False])
+def test_a_restart_when_a_file_would_change_the_service_is_down_or_one_is_pending(configs, running, pending):
+    variables = dict(
+        zip(FILES, configs, strict=True), serve_running=running, serve_restart_pending={"stat": {"exists": pending}}
+    )
+    expected = jinja(NEEDS_RESTART_JINJA, **variables)
+    got = serve_needs_restart(configs, running, pending)
+    assert got is expected  # a bool, as the Jinja gave: when: and selectattr read it
+
+
+def test_a_running_host_with_its_configuration_and_nothing_pending_keeps_serving():
+    assert serve_needs_restart([SAME] * 4, True, False) is False
+    assert serve_needs_restart([SAME, SAME, SAME, CHANGED], True, False) is True
+    assert serve_needs_restart([SAME] * 4, False, False) is True
+    assert serve_needs_restart([SAME] * 4, True, True) is True
+
+
+def test_not_a_registered_result_is_an_error_as_the_changed_test_is():
+    with pytest.raises(TypeError, match="registered task result"):
+        serve_needs_restart(["changed"], True, False)
+
+
+LAST_GOOD = [
+    {"content": "c2hhMjU2OmFiYwo=", "encoding": "base64", "source": "/etc/kunlun-serve/last-good/image"},
+    {"failed": True, "msg": "file not found: /etc/kunlun-serve/last-good/image"},
+    {"content": ""},
+]
+
+
+@pytest.mark.parametrize("configs", CONFIGS)
+@pytest.mark.parametrize("last_good", LAST_GOOD)
+def test_roll_back_only_to_a_last_good_configuration_and_only_when_this_run_changed_one(configs, last_good):
+    variables = dict(zip(FILES, configs, strict=True), serve_last_good=last_good)
+    expected = jinja(CAN_ROLL_BACK_JINJA, **variables)
+    got = serve_can_roll_back(configs, last_good)
+    assert got is expected
+
+
+def test_roll_back_in_plain_words():
+    assert serve_can_roll_back([SAME, SAME, CHANGED, SAME], LAST_GOOD[0]) is True
+    assert serve_can_roll_back([SAME] * 4, LAST_GOOD[0]) is False
+    assert serve_can_roll_back([CHANGED] * 4, LAST_GOOD[1]) is False
+
+
+def found(*paths):
+    return {"changed": False, "examined": 9, "matched": len(paths), "files": [{"path": p} for p in paths]}
+
+
+FOUND = [
+    {"changed": False, "skipped": True, "skip_reason": "Conditional result was False"},
+    found(),
+    found(
+        "/r/reports/bench-20261202T101010Z/results.json",
+        "/r/reports/bench-20261203T090000Z/results.json",
+        "/r/reports/bench-20261201T235959Z/results.json",
+    ),
+    # not a bench run's results: left out
+    found("/r/reports/bench-20261202T101010Z/results.json", "/r/reports/other/results.json"),
+    found("/r/reports/bench-20261202T101010Z/sub/results.json"),
+    # Jinja's sort is case-insensitive: "B" sorts with "b", after "a", not before it
+    found("/r/reports/bench-b/results.json", "/r/reports/bench-A/results.json", "/r/reports/bench-C/results.json"),
+]
+
+
+@pytest.mark.parametrize("found_result", FOUND)
+@pytest.mark.parametrize("given", ["", "/srv/bench/results.json"])
+def test_the_results_given_else_the_latest_bench_run(found_result, given):
+    expected = jinja(RESULTS_USED_JINJA, serve_capacity_results=given, serve_capacity_found=found_result)
+    got = serve_capacity_results_file(given, found_result)
+    assert got == expected and type(got) is type(expected)
+
+
+def test_the_latest_bench_run_by_its_timestamp():
+    assert serve_capacity_results_file("", FOUND[2]) == "/r/reports/bench-20261203T090000Z/results.json"
+    assert serve_capacity_results_file("", FOUND[5]) == "/r/reports/bench-C/results.json"
+    assert serve_capacity_results_file("", FOUND[0]) == ""
+    assert serve_capacity_results_file("", FOUND[4]) == ""
