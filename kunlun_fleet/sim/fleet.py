@@ -265,13 +265,13 @@ def remove_container(index):
 
 # The hosts of a fleet beside the shared one (the test runner's scratch and large lanes) run
 # in a CPU group of their own beside docker's (cgroup v1, the engine's cgroupfs driver:
-# `docker create --cgroup-parent`), at a quarter of its weight: on a busy machine the
+# `docker create --cgroup-parent`), at an eighth of its weight: on a busy machine the
 # shared fleet's hosts, whose suites make a test run's critical path, get the cores first;
 # idle cores still go to whoever wants them. Inside docker's own group, a low --cpu-shares
 # alone did not do that: whenever the shared hosts were idle, the beside hosts took the
 # whole of docker's weight, as much as the critical path's controller.
 BESIDE_CGROUP = "/kunlun-sim-beside"
-BESIDE_CPU_SHARES = 256
+BESIDE_CPU_SHARES = 128
 CPU_CGROUP_ROOT = "/sys/fs/cgroup/cpu"
 
 

@@ -2,10 +2,11 @@
 sim inventory without its known_hosts: `kunlun-fleet hostkeys` finds three new keys (the
 hosts' own, as ssh-keygen prints them), --accept records them and Ansible then reaches the
 hosts with them; a tampered line is CHANGED, refused (exit 3) and the file left as it was.
-Then a host reset with the password_only fault (root has a password, not the key): a
-bootstrap before its key is known is refused, Ansible with the key fails, `kunlun-fleet
-bootstrap` with the password installs the key and a deploy user with sudo, Ansible with the
-key works, and a second bootstrap changes nothing. The host is reset to a plain host after."""
+Then (suite "bootstrap", on a scratch lane's host) a host reset with the password_only
+fault (root has a password, not the key): a bootstrap before its key is known is refused,
+Ansible with the key fails, `kunlun-fleet bootstrap` with the password installs the key and
+a deploy user with sudo, Ansible with the key works, and a second bootstrap changes
+nothing."""
 
 import os
 import re
@@ -18,11 +19,14 @@ import pytest
 
 from kunlun_fleet.sim.config import host_address
 from kunlun_fleet.sim.fleet import SIM_ROOT_PASSWORD
-from kunlun_fleet.sim.testing import INVENTORY, REPO, VENV_BIN, _env, recap, ssh
+from kunlun_fleet.sim.testing import INVENTORY, REPO, VENV_BIN, _env, lane_host, recap, ssh
 
 pytestmark = pytest.mark.sim
 
 HOSTS = ["kf-node-1", "kf-node-2", "kf-node-3"]
+# The bootstrap resets its host first: a scratch lane's own host in the suite runner (suite
+# "bootstrap"), kf-node-3 of the shared fleet when run by hand.
+BOOT_INDEX, BOOT_HOST = lane_host(3)
 
 
 def copy_inventory(tmp_path):
@@ -138,32 +142,33 @@ def test_hostkeys_new_accepted_known_and_a_changed_key(sim_fleet, tmp_path):
 
 
 def test_bootstrap_a_password_only_host(fresh_host, tmp_path):
-    fresh_host(3, "password_only=1")
+    fresh_host(BOOT_INDEX, "password_only=1")
     inv, known = copy_inventory(tmp_path)
     password = tmp_path / "password"
     password.write_text(SIM_ROOT_PASSWORD + "\n")
     os.chmod(password, 0o600)
-    bootstrap = ["bootstrap", "-i", inv, "--limit", "kf-node-3", "--password-file", password, "--plain"]
+    bootstrap = ["bootstrap", "-i", inv, "--limit", BOOT_HOST, "--password-file", password, "--plain"]
 
     # No password goes to a host whose key is not known.
     proc = kunlun_fleet(*bootstrap)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert (
-        "not known yet" in proc.stderr and "kunlun-fleet hostkeys -i %s --limit kf-node-3 --accept" % inv in proc.stderr
+        "not known yet" in proc.stderr
+        and "kunlun-fleet hostkeys -i %s --limit %s --accept" % (inv, BOOT_HOST) in proc.stderr
     )
-    proc = kunlun_fleet("hostkeys", "-i", inv, "--limit", "kf-node-3", "--accept")
+    proc = kunlun_fleet("hostkeys", "-i", inv, "--limit", BOOT_HOST, "--accept")
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
     # The host has no key of ours: Ansible cannot log in (OpenSSH's own words with Ansible's
     # ssh connection; Mitogen's would say it in its own).
-    proc = ansible(inv, "kf-node-3", "-m", "ansible.builtin.ping", ANSIBLE_STRATEGY="linear")
+    proc = ansible(inv, BOOT_HOST, "-m", "ansible.builtin.ping", ANSIBLE_STRATEGY="linear")
     assert proc.returncode != 0 and "UNREACHABLE" in proc.stdout and "Permission denied" in proc.stdout
 
     proc = kunlun_fleet(*bootstrap, "--deploy-user", "kfdeploy")
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output
-    assert recap(proc.stdout)["kf-node-3"]["changed"] >= 3  # root's key, the user, its key, sudo
-    assert "key login root@kf-node-3: ok" in proc.stdout and "key login kfdeploy@kf-node-3: ok" in proc.stdout
+    assert recap(proc.stdout)[BOOT_HOST]["changed"] >= 3  # root's key, the user, its key, sudo
+    assert "key login root@%s: ok" % BOOT_HOST in proc.stdout and "key login kfdeploy@%s: ok" % BOOT_HOST in proc.stdout
     assert SIM_ROOT_PASSWORD not in output
     run_dir = re.search(r"^report: (.*)/summary\.md$", proc.stdout, re.M).group(1)
     run_dir = run_dir if os.path.isabs(run_dir) else os.path.join(REPO, run_dir)
@@ -173,14 +178,16 @@ def test_bootstrap_a_password_only_host(fresh_host, tmp_path):
                 assert SIM_ROOT_PASSWORD not in handle.read(), os.path.join(base, name)
 
     # With the key: root, and the deploy user with sudo (no password).
-    proc = ansible(inv, "kf-node-3", "-m", "ansible.builtin.ping")
-    assert proc.returncode == 0 and "kf-node-3 | SUCCESS" in proc.stdout, proc.stdout
-    proc = ansible(inv, "kf-node-3", "-u", "kfdeploy", "-b", "-m", "ansible.builtin.command", "-a", "id -un")
+    proc = ansible(inv, BOOT_HOST, "-m", "ansible.builtin.ping")
+    assert proc.returncode == 0 and "%s | SUCCESS" % BOOT_HOST in proc.stdout, proc.stdout
+    proc = ansible(inv, BOOT_HOST, "-u", "kfdeploy", "-b", "-m", "ansible.builtin.command", "-a", "id -un")
     assert proc.returncode == 0 and proc.stdout.strip().splitlines()[-1] == "root", proc.stdout
-    mode = ssh(3, "stat -c %a /etc/sudoers.d/kunlun-fleet-kfdeploy && visudo -cf /etc/sudoers.d/kunlun-fleet-kfdeploy")
+    mode = ssh(
+        BOOT_INDEX, "stat -c %a /etc/sudoers.d/kunlun-fleet-kfdeploy && visudo -cf /etc/sudoers.d/kunlun-fleet-kfdeploy"
+    )
     assert mode.stdout.split()[0] == "440"
 
     # Again: nothing changes.
     proc = kunlun_fleet(*bootstrap, "--deploy-user", "kfdeploy")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert recap(proc.stdout)["kf-node-3"]["changed"] == 0 and recap(proc.stdout)["kf-node-3"]["failed"] == 0
+    assert recap(proc.stdout)[BOOT_HOST]["changed"] == 0 and recap(proc.stdout)[BOOT_HOST]["failed"] == 0
