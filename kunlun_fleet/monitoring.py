@@ -195,11 +195,13 @@ def _trust(value):
 
 def role_variables(extra=None):
     """The variables a play of the role sees by default: kunlun_stack's and the role's
-    defaults, Ansible's ansible_managed, then ``extra`` (an inventory's variables)."""
-    variables = {"ansible_managed": "Ansible managed"}
+    defaults, Ansible's ansible_managed, ``extra`` (an inventory's variables), then
+    kunlun_stack's role variables (the effective configuration, which outranks an inventory)."""
+    variables = {"ansible_managed": "Ansible managed", "playbook_dir": str(ROOT)}
     variables.update(yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text()))
     variables.update(yaml.safe_load((ROLE / "defaults/main.yml").read_text()))
     variables.update(extra or {})
+    variables.update(yaml.safe_load((ROOT / "roles/kunlun_stack/vars/main.yml").read_text()))
     return variables
 
 

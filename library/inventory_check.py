@@ -14,7 +14,9 @@ short_description: Validate the shape of a kunlun-fleet inventory before any hos
 description:
   - Checks that the required groups have hosts, that each host of a group defines the variables
     the group needs, that no two hosts share an address, that booleans are not written as strings,
-    and that no variable is a misspelling of a known one.
+    that no variable is a misspelling of a known one, and that the inventory sets none of the
+    variables kunlun-fleet works out itself (a role's C(vars/main.yml), which an inventory cannot
+    override) or has replaced.
   - The known variables are the options of every role's C(meta/argument_specs.yml), so a new role
     variable is known as soon as its role declares it.
   - Runs on the controller, reads only its arguments, changes nothing; safe in check mode.
@@ -46,6 +48,12 @@ options:
     type: list
     elements: str
     default: []
+  fixed:
+    description:
+      - Variables an inventory must not set, each with the fix named in the refusal (what to set instead).
+      - A name also in O(extra_known) is not refused (a fact a role sets for the play).
+    type: dict
+    default: {}
   similarity:
     description: How close (0..1, difflib ratio) an unknown name must be to a known one to be called a misspelling.
     type: float
@@ -128,6 +136,7 @@ def check(params):
     hosts = params["hosts"] or {}
     options = spec_options(params["argument_specs"])
     extra = frozenset(params["extra_known"] or [])
+    fixed = params.get("fixed") or {}
     problems = []
 
     for group in params["required_groups"]:
@@ -157,8 +166,12 @@ def check(params):
 
     unknown = set()
     misspelt = {}
+    shadowing = {}
     for host in sorted(hosts):
         for name, value in sorted((hosts[host] or {}).items()):
+            if name in fixed and name not in extra:
+                shadowing.setdefault(name, []).append(host)
+                continue
             kind = options.get(name)
             if kind == "bool" and isinstance(value, str):
                 problems.append(
@@ -178,6 +191,10 @@ def check(params):
             "unknown variable %s (on %s): did you mean %s? Rename it in your inventory"
             % (name, ", ".join(owners), known)
         )
+    for name, owners in sorted(shadowing.items()):
+        problems.append(
+            "%s is set (on %s), and kunlun-fleet would ignore it: %s" % (name, ", ".join(owners), fixed[name])
+        )
     return problems, sorted(unknown)
 
 
@@ -190,6 +207,7 @@ def main():
             required_host_vars=dict(type="dict", default={}),
             argument_specs=dict(type="list", elements="dict", default=[]),
             extra_known=dict(type="list", elements="str", default=[]),
+            fixed=dict(type="dict", default={}),
             similarity=dict(type="float", default=0.8),
         ),
         supports_check_mode=True,

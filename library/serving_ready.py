@@ -110,7 +110,7 @@ author:
 EXAMPLES = r"""
 - name: Wait for the model and a real completion (15 minutes at most)
   serving_ready:
-    url: "http://127.0.0.1:{{ kunlun_stack_serving.port }}"
+    url: "http://127.0.0.1:{{ kunlun_stack_serving_effective.port }}"
     served_model_name: "{{ serve_served_model_name }}"
     api_key: "{{ serve_api_key }}"
     failed_command: systemctl is-failed --quiet kunlun-serve.service

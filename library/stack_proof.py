@@ -138,8 +138,8 @@ EXAMPLES = r"""
     components: "{{ kunlun_stack_components }}"
     known_bad: "{{ kunlun_stack_known_bad }}"
     device_count: "{{ kunlun_stack_device_count }}"
-    env: "{{ kunlun_stack_serving_env }}"
-    quantization: "{{ kunlun_stack_serving.quantization }}"
+    env: "{{ kunlun_stack_serving_env_effective }}"
+    quantization: "{{ kunlun_stack_serving_effective.quantization }}"
     shm_size: 32g
     cap_add: [SYS_PTRACE]
     security_opt: [seccomp=unconfined]

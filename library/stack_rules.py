@@ -35,7 +35,7 @@ options:
     type: bool
     default: false
   serving:
-    description: The vllm serving arguments (C(kunlun_stack_serving) names). Omit to check only the pins.
+    description: The vllm serving arguments (C(kunlun_stack_serving_effective) names). Omit to check only the pins.
     type: dict
   serving_rules:
     description: The serving rules (C(kunlun_stack_serving_rules)).
@@ -55,7 +55,7 @@ EXAMPLES = r"""
     components: "{{ kunlun_stack_components }}"
     validated_components: "{{ preflight_validated.kunlun_stack_components }}"
     known_bad: "{{ kunlun_stack_known_bad }}"
-    serving: "{{ kunlun_stack_serving }}"
+    serving: "{{ kunlun_stack_serving_effective }}"
     serving_rules: "{{ kunlun_stack_serving_rules }}"
     device_count: 8
   delegate_to: localhost

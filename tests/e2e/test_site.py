@@ -397,7 +397,13 @@ def test_rolling_restart_under_load_loses_nothing(first_run):
     before = {i: started_at(i) for i in (1, 2, 3)}
     # One more variable in the serving environment (the inventory's kept): every host restarts.
     sim_vars = yaml.safe_load((ROOT / "inventories/sim/group_vars/all/sim.yml").read_text())
-    roll_env = json.dumps({"serve_extra_env": dict(sim_vars.get("serve_extra_env") or {}, KF_E2E_ROLL="1")})
+    roll_env = json.dumps(
+        {
+            "kunlun_stack_serving_env_overrides": dict(
+                sim_vars.get("kunlun_stack_serving_env_overrides") or {}, KF_E2E_ROLL="1"
+            )
+        }
+    )
     # Check mode first: it names every host that would restart, and changes nothing.
     rc, out = ansible_playbook("playbooks/serve.yml", "--check", "--diff", "-e", roll_env)
     assert rc == 0, out[-6000:]

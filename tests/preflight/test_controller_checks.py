@@ -44,8 +44,12 @@ def test_bad_pins_and_serving_values_are_each_refused_by_name(inventory, run_pre
     comps["vllm_kunlun"] = {"version": "0.25.1.dev0", "commit": "2fda97b", "source": "vllm-kunlun"}
     comps["transformers"]["version"] = "5.5.3"
     comps["triton"]["version"] = "3.0.1"
-    serving = dict(stack_defaults_serving(), **{k: v for k, (v, _) in SERVING_CHANGES.items()})
-    inventory.update("group_vars/all/stack.yml", kunlun_stack_components=comps, kunlun_stack_serving=serving)
+    # The serving changes as a site makes them: only what differs, merged over the pins
+    # (preflight judges the merged arguments).
+    overrides = {k: v for k, (v, _) in SERVING_CHANGES.items()}
+    inventory.update(
+        "group_vars/all/stack.yml", kunlun_stack_components=comps, kunlun_stack_serving_overrides=overrides
+    )
     rc, out = run_preflight(inventory)
     needles = [
         "known-bad combination",
@@ -156,7 +160,16 @@ def test_inventory_mistakes_are_each_refused_with_the_fix(inventory, run_preflig
     hosts["all"]["children"]["gateways"]["hosts"] = {}
     hosts["all"]["children"]["xpu_servers"]["hosts"]["p800-a02"]["ansible_host"] = "10.20.1.11"
     inventory.save("hosts.yml", hosts)
-    inventory.update("group_vars/all/stack.yml", kunlun_stack_allow_unvalidated="false", kunlun_stack_devce_count=8)
+    # A copy of the pinned serving arguments (it would shadow the pins and keep stale values),
+    # a flag by the retired serve_extra_args, and a value the serve role works out itself.
+    inventory.update(
+        "group_vars/all/stack.yml",
+        kunlun_stack_allow_unvalidated="false",
+        kunlun_stack_devce_count=8,
+        kunlun_stack_serving=stack_defaults_serving(),
+        serve_extra_args=["--disable-log-requests"],
+        serve_image_ref="kunlun-serving:mine",
+    )
     (inventory.path / "host_vars/p800-a03.yml").unlink()
     rc, out = run_preflight(inventory)
     assert_refused_before_hosts(
@@ -169,6 +182,11 @@ def test_inventory_mistakes_are_each_refused_with_the_fix(inventory, run_preflig
         "unknown variable kunlun_stack_devce_count",
         "did you mean kunlun_stack_device_count",
         "host p800-a03 (group xpu_servers) does not define storage_data_disks",
+        "kunlun_stack_serving is set (on gw-01, p800-a01",
+        "set kunlun_stack_serving_overrides to only the arguments that differ",
+        "give each flag by its vllm name in kunlun_stack_serving_overrides",
+        "serve_image_ref is set",
+        "the serve role derives it (roles/serve/vars/main.yml)",
     )
 
 

@@ -35,26 +35,27 @@ NO_ENGINE = (
 VLLM_SRC = ROOT / "kunlun_fleet" / "sim" / "artifacts" / "vllm_src"
 SERVE_ROLE = ROOT / "roles" / "serve"
 STACK_DEFAULTS = ROOT / "roles" / "kunlun_stack" / "defaults" / "main.yml"
+STACK_VARS = ROOT / "roles" / "kunlun_stack" / "vars" / "main.yml"
 API_SERVER = "vllm.entrypoints.openai.api_server"
 # The inventory both servers are rendered for: one serving host, this machine.
 HOST = "localhost"
 ADDRESS = "127.0.0.1"
 
 # Every difference between what the tests start and what a P800 host runs, in one place:
-# (role variable, value, which server, why). A dotted name overrides one key of a role
-# dict (an inventory would set the whole dict: the role reads it the same way). "real":
+# (role variable, value, which server, why). A dotted name sets one key of an overrides
+# map, as an inventory sets it. "real":
 # the CPU engine only (the stand-in gets the P800 host's own values); "both": this machine.
 # Nothing else about the command line or the environment differs.
 SUBSTITUTIONS = [
     (
-        "kunlun_stack_serving.tensor_parallel_size",
+        "kunlun_stack_serving_overrides.tensor_parallel_size",
         1,
         "real",
         "vLLM's CPU build binds each tensor-parallel rank to a NUMA node of its own and refuses more ranks "
         "than nodes (vllm/v1/worker/cpu_worker.py, CPUWorker._get_autobind_cpu_ids); a test machine has one",
     ),
     (
-        "kunlun_stack_serving.quantization",
+        "kunlun_stack_serving_overrides.quantization",
         None,
         "real",
         "the tiny model is a float16 checkpoint made at test time, not a W8A8 one: compressed-tensors is "
@@ -62,7 +63,7 @@ SUBSTITUTIONS = [
         "get_quant_config), which a float16 checkpoint has none of",
     ),
     (
-        "serve_extra_env.VLLM_CPU_KVCACHE_SPACE",
+        "kunlun_stack_serving_env_overrides.VLLM_CPU_KVCACHE_SPACE",
         "2",
         "real",
         "vLLM's CPU build sizes its KV cache from this variable in GiB (vllm/platforms/cpu.py, "
@@ -70,7 +71,7 @@ SUBSTITUTIONS = [
         "--gpu-memory-utilization is a GPU's. 2 GiB holds 4,194,304 tokens of the tiny model",
     ),
     (
-        "serve_extra_env.VLLM_CPU_CI_ENV",
+        "kunlun_stack_serving_env_overrides.VLLM_CPU_CI_ENV",
         "1",
         "real",
         "vLLM's CPU build compiles the model with torch.compile's inductor at start (gcc, minutes of CPU on "
@@ -78,7 +79,7 @@ SUBSTITUTIONS = [
         "does (vllm/platforms/cpu.py, CpuPlatform.check_and_update_config)",
     ),
     (
-        "serve_extra_env.VLLM_CPU_NUM_OF_RESERVED_CPU",
+        "kunlun_stack_serving_env_overrides.VLLM_CPU_NUM_OF_RESERVED_CPU",
         "1",
         "real",
         "the CPU build binds its OpenMP threads to every core and keeps them busy while it decodes; on two "
@@ -87,13 +88,13 @@ SUBSTITUTIONS = [
         "CPUWorker._get_autobind_cpu_ids), as it does for its API server with tensor parallel",
     ),
     (
-        "kunlun_stack_serving.port",
+        "kunlun_stack_serving_overrides.port",
         "<a free port>",
         "both",
         "two servers side by side on one machine; the role's 8000 may be taken",
     ),
     (
-        "kunlun_stack_serving.host",
+        "kunlun_stack_serving_overrides.host",
         ADDRESS,
         "both",
         "loopback only on a test machine (a host binds all addresses, on its serving network)",
@@ -126,11 +127,13 @@ def _trust(value):
 
 
 def role_variables(which, port, data_dir, api_key):
-    """What a play of the serve role sees for HOST: kunlun_stack's and serve's defaults,
-    the inventory, then SUBSTITUTIONS for `which` ("real" or "standin")."""
-    variables = {"ansible_managed": "Ansible managed"}
+    """What a play of the serve role sees for HOST: kunlun_stack's and serve's defaults and
+    role variables, the inventory, then SUBSTITUTIONS for `which` ("real" or "standin")."""
+    variables = {"ansible_managed": "Ansible managed", "playbook_dir": str(ROOT)}
     variables.update(pins())
+    variables.update(yaml.safe_load(STACK_VARS.read_text()))
     variables.update(yaml.safe_load((SERVE_ROLE / "defaults" / "main.yml").read_text()))
+    variables.update(yaml.safe_load((SERVE_ROLE / "vars" / "main.yml").read_text()))
     variables.update(
         {
             "inventory_hostname": HOST,
@@ -254,7 +257,7 @@ class Server:
     def __init__(self, name, rendered, python, log_path: Path, extra_env=None, api_key=""):
         self.name, self.rendered = name, rendered
         self.api_key = api_key
-        self.port = int(rendered.variables["kunlun_stack_serving"]["port"])
+        self.port = int(render("{{ kunlun_stack_serving_effective.port }}", rendered.variables))
         self.base = "http://%s:%d" % (ADDRESS, self.port)
         self.log_path = log_path
         env = {

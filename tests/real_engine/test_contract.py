@@ -67,9 +67,9 @@ def test_only_the_listed_substitutions_differ(servers):
     assert envs == {"VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_CI_ENV", "VLLM_CPU_NUM_OF_RESERVED_CPU"}, envs
     substituted = {name for name, _, applies, _ in engine.SUBSTITUTIONS if applies == "real"}
     assert substituted == {
-        "kunlun_stack_serving.tensor_parallel_size",
-        "kunlun_stack_serving.quantization",
-        "serve_extra_env.VLLM_CPU_KVCACHE_SPACE",
-        "serve_extra_env.VLLM_CPU_CI_ENV",
-        "serve_extra_env.VLLM_CPU_NUM_OF_RESERVED_CPU",
+        "kunlun_stack_serving_overrides.tensor_parallel_size",
+        "kunlun_stack_serving_overrides.quantization",
+        "kunlun_stack_serving_env_overrides.VLLM_CPU_KVCACHE_SPACE",
+        "kunlun_stack_serving_env_overrides.VLLM_CPU_CI_ENV",
+        "kunlun_stack_serving_env_overrides.VLLM_CPU_NUM_OF_RESERVED_CPU",
     }

@@ -127,7 +127,12 @@ def engine_plays(srv, tmp: Path, readiness):
         "name": "engine-facing",
         "hosts": "localhost",
         "gather_facts": False,
-        "vars": {"serve_args": {"port": port}, "serve_running": True, "serve_drain": True, "serve_drain_timeout": 2},
+        "vars": {
+            "kunlun_stack_serving_effective": {"port": port},
+            "serve_running": True,
+            "serve_drain": True,
+            "serve_drain_timeout": 2,
+        },
         "tasks": [status] + drain_tasks(),
     }
     plays = [play]
@@ -286,7 +291,7 @@ def prometheus_config(tmp: Path, srv, prom_port):
     variables = monitoring.role_variables(
         dict(
             inventory,
-            kunlun_stack_serving=dict(engine.pins()["kunlun_stack_serving"], port=srv.port),
+            kunlun_stack_serving_overrides={"port": srv.port},
             monitoring_rules_dir=str(tmp / "rules"),
             monitoring_port=prom_port,
             monitoring_listen_host=engine.ADDRESS,

@@ -51,7 +51,7 @@ def test_serving_port_taken_by_another_program(host):
         ssh(host, "systemctl stop kf-port-squatter", check=False)
     assert rc != 0, out[-3000:]
     assert "Port 8000 on %s is taken by another program" % HOST in out, out[-3000:]
-    assert "kunlun_stack_serving.port" in out
+    assert "kunlun_stack_serving_overrides: {port: N}" in out
     assert nothing_written(host)
 
 

@@ -23,7 +23,7 @@ HOST, ADDRESS = 1, "172.31.250.11"
 PINS = yaml.safe_load(open(os.path.join(REPO, "roles/kunlun_stack/defaults/main.yml")))
 PORT = PINS["kunlun_stack_serving"]["port"]
 WORKER = "http://%s:%d" % (ADDRESS, PORT)
-SIM_ENV = yaml.safe_load(open(os.path.join(INVENTORY, "group_vars/all/sim.yml")))["serve_extra_env"]
+SIM_ENV = yaml.safe_load(open(os.path.join(INVENTORY, "group_vars/all/sim.yml")))["kunlun_stack_serving_env_overrides"]
 # A change of the serving environment: the run must drain and restart the host.
 CHANGED_ENV = dict(SIM_ENV, KF_DRAIN_TEST="1")
 
@@ -54,7 +54,7 @@ def serve(*extra):
 
 
 def extra_env(env):
-    return ["-e", json.dumps({"serve_extra_env": env})]
+    return ["-e", json.dumps({"kunlun_stack_serving_env_overrides": env})]
 
 
 class LongStream(threading.Thread):

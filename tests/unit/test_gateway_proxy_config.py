@@ -17,6 +17,7 @@ def render(**extra):
     variables = {"ansible_managed": "Ansible managed"}
     variables.update(yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text()))
     variables.update(yaml.safe_load((ROLE / "defaults/main.yml").read_text()))
+    variables.update(yaml.safe_load((ROOT / "roles/kunlun_stack/vars/main.yml").read_text()))
     variables.update(yaml.safe_load((ROLE / "vars/main.yml").read_text()))
     variables.update(monitoring.default_inventory(addresses={"kf-node-1": "10.9.0.11"}))
     variables.update(extra)

@@ -107,7 +107,7 @@ def test_every_monitoring_variable_used_is_defined():
 def test_defaults_follow_the_other_roles():
     variables = monitoring.role_variables(INVENTORY)
     rendered = monitoring.render(ROLE / "templates" / "prometheus.yml.j2", variables)
-    assert ':8000"' in rendered, "vllm's port is kunlun_stack_serving.port"
+    assert ':8000"' in rendered, "vllm's port is kunlun_stack_serving_effective.port"
     # the router's metrics through the endpoint's public port (the proxy's /metrics)
     assert ':8080"' in rendered and ":29000" not in rendered, "the router's metrics are gateway_port's /metrics"
     assert DEFAULTS["monitoring_textfile_dir"] == "/var/lib/prometheus/node-exporter"
@@ -169,10 +169,7 @@ def test_config_follows_ports_alertmanagers_and_a_gateway_that_serves(tmp_path):
         monitoring.role_variables(
             dict(
                 inventory,
-                kunlun_stack_serving=dict(
-                    yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text())["kunlun_stack_serving"],
-                    port=9000,
-                ),
+                kunlun_stack_serving_overrides={"port": 9000},
                 gateway_port=8443,
                 gateway_tls_cert="-----BEGIN CERTIFICATE-----",
                 monitoring_alertmanagers=["10.20.0.7:9093"],

@@ -386,9 +386,12 @@ def test_the_image_role_proves_with_the_options_serve_renders():
     )
     assert "serve_xpu_smi ~ ':' ~ serve_xpu_smi ~ ':ro'" in unit
     assert "serve_xpu_smi | default('%s')" % serve["serve_xpu_smi"] in image["image_proof_volumes"][0]
-    for part in ("serve_env", "'VLLM_HOST_IP': kunlun_stack_serving_addresses[inventory_hostname]", "serve_extra_env"):
+    for part in (
+        "kunlun_stack_serving_env_effective",
+        "'VLLM_HOST_IP': kunlun_stack_serving_addresses[inventory_hostname]",
+    ):
         assert part in env_file and part in image["image_proof_env"], part
-    assert image["image_proof_quantization"].startswith("{{ kunlun_stack_serving.quantization")
+    assert image["image_proof_quantization"].startswith("{{ kunlun_stack_serving_effective.quantization")
     for tasks in ("build.yml", "distribute.yml"):
         text = (ROOT / "roles/image/tasks" / tasks).read_text()
         for option in ("quantization", "shm_size", "cap_add", "security_opt", "volumes"):

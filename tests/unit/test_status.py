@@ -92,9 +92,10 @@ def render_serve_unit(image_id=CURRENT, **overrides):
         serve_image_ref="kunlun-serving:current",
         serve_run_image_id=image_id,
         serve_python="/opt/vllm_kunlun/bin/python",
+        serve_data_dir="/home/newdata",
         serve_log_dir="/home/newdata/logs/serve",
         serve_model_path="/home/newdata/models/" + PINS["kunlun_stack_model"]["directory"],
-        serve_args=PINS["kunlun_stack_serving"],
+        kunlun_stack_serving_effective=PINS["kunlun_stack_serving"],
         serve_devices=["/dev/xpu%d" % i for i in range(8)],
     )
     values.update(overrides)
@@ -278,14 +279,12 @@ def test_the_serve_roles_unit_gives_image_model_and_port(host_root):
     assert found == {"image": CURRENT, "model": MODEL, "port": PINS["kunlun_stack_serving"]["port"], "error": ""}
 
 
-def test_unit_with_another_port_and_extra_args(tmp_path):
-    args = dict(PINS["kunlun_stack_serving"], port=8100)
+def test_unit_with_another_port_and_an_added_flag(tmp_path):
+    # As a site's kunlun_stack_serving_overrides {port: 8100, disable_log_requests: true} merges.
+    args = dict(PINS["kunlun_stack_serving"], port=8100, disable_log_requests=True)
     unit = tmp_path / "u.service"
-    unit.write_text(
-        render_serve_unit(
-            image_id="kunlun-serving:current", serve_args=args, serve_extra_args=["--disable-log-requests"]
-        )
-    )
+    unit.write_text(render_serve_unit(image_id="kunlun-serving:current", kunlun_stack_serving_effective=args))
+    assert "--disable-log-requests" in unit.read_text()
     assert host_status.read_unit(str(unit)) == {
         "image": "kunlun-serving:current",
         "model": MODEL,
@@ -485,7 +484,7 @@ def test_one_read_of_a_serving_host(host_root):
     server, port = serve_http({"/metrics": (200, METRICS)})
     unit = host_root / "etc/systemd/system/kunlun-serve.service"
     args = dict(PINS["kunlun_stack_serving"], port=port)
-    unit.write_text(render_serve_unit(serve_args=args))
+    unit.write_text(render_serve_unit(kunlun_stack_serving_effective=args))
     module = FakeModule({**systemctl_show(), **docker(container=(CURRENT, "running"))})
     try:
         found = host_status.read(
