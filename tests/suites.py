@@ -202,6 +202,9 @@ BACKGROUND = [
     # suites are left) keeps both cores busy: "local" the static checks and the unit tier,
     # "local-servers" what starts servers or tools of its own on this machine.
     Suite("lint", "local", [], command=["make", "--no-print-directory", "lint"]),
+    # The kunlun.fleet collection staged from this tree, under ansible-test sanity (its
+    # modules' documentation against their argument specs, pylint, pep8, imports, ...).
+    Suite("collection-sanity", "local", [], command=["make", "--no-print-directory", "collection-sanity"]),
     Suite("unit", "local", ["tests/unit"], marks=FAST),
     # The report page in headless Chromium (rendered from a recorded run; no fleet).
     Suite("bench-page", "local", ["tests/bench/test_bench_page.py"], timeout=600),
