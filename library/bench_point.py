@@ -258,6 +258,10 @@ from ansible.module_utils.bench_results import (
 
 # aiperf's start-up (services, tokenizer, prompts) and shutdown, beyond the point itself.
 STARTUP_MARGIN_S = 180
+# How long aiperf's processes may take to start and register with its controller (its own
+# defaults are 30 s: AIPERF_SERVICE_START_TIMEOUT, AIPERF_SERVICE_REGISTRATION_TIMEOUT);
+# inside STARTUP_MARGIN_S.
+SERVICE_START_TIMEOUT_S = 120
 
 
 def read_counters(url, timeout):
@@ -390,6 +394,13 @@ def main():
         # one of its own (its IPC socket paths must stay short), removed after the point.
         "TMPDIR": scratch,
         "AIPERF_DATASET_MMAP_BASE_PATH": scratch,
+        # aiperf gives its own processes 30 s to start and to register with its controller,
+        # then gives up before any request ("Some services failed to register within
+        # timeout"). On a busy controller (the run's own forks beside it; 2 cores) its starts
+        # took longer (CI 2026-12-04, bench-local): the point then measured nothing. The
+        # point's budget (STARTUP_MARGIN_S) holds the longer wait.
+        "AIPERF_SERVICE_START_TIMEOUT": str(SERVICE_START_TIMEOUT_S),
+        "AIPERF_SERVICE_REGISTRATION_TIMEOUT": str(SERVICE_START_TIMEOUT_S),
     }
     if p["api_key"]:
         env[API_KEY_ENV] = p["api_key"]

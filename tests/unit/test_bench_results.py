@@ -432,7 +432,8 @@ def replayed_point(tmp_path, records, generation_delta, prompt_delta, **args):
     aiperf = tmp_path / "aiperf"
     aiperf.write_text(
         "#!/bin/sh\n# aiperf profile --config FILE, run in the point's directory\n"
-        "cp '%s' profile_export.jsonl && cp '%s' '%s'\n" % (export, after, metrics)
+        "cp '%s' profile_export.jsonl && cp '%s' '%s'\n"
+        "env | grep '^AIPERF_SERVICE_' | sort > aiperf-env.txt\n" % (export, after, metrics)
     )
     aiperf.chmod(0o755)
     tok = tmp_path / "tok"
@@ -468,6 +469,10 @@ def test_bench_point_on_the_real_engines_counts_is_valid(tmp_path):
     valid, the usage beside the re-tokenized count, which decides nothing."""
     r = replayed_point(tmp_path, REAL_C32, 8192, 512 * 32)
     assert r["valid"] is True, r["validity"]
+    # aiperf's own start-up waits (30 s by default) lengthened: a busy controller took longer
+    # to start its processes, and the point then made no request.
+    env = (tmp_path / "point" / "aiperf-env.txt").read_text().split()
+    assert env == ["AIPERF_SERVICE_REGISTRATION_TIMEOUT=120", "AIPERF_SERVICE_START_TIMEOUT=120"]
     assert r["server_output_tokens"] == r["client"]["usage_output_tokens"] == r["client"]["output_tokens"] == 8192
     assert r["server_prompt_tokens"] == r["client"]["usage_prompt_tokens"] == 512 * 32
     assert r["client"]["retokenized_output_tokens"] == 13074 and r["retokenized_diff_pct"] == pytest.approx(59.595)
