@@ -13,7 +13,8 @@ are sparse (allocated < half the size).
 
 `watch` waits for one fault point of a carry-over, recognised from observable state only
 (the journal phase in the module's state file, written after each phase; rsync processes;
-open files of the module; fstab; the mount table), freezes the module there (SIGSTOP) and
+open files of the module; fstab; the mount table), freezes the module there (SIGSTOP, or
+for a window a few system calls wide a ptrace stop at the first system call in it) and
 then either SIGKILLs it (victim "module"; "module-tree" also kills its children) or prints
 HIT and waits for "go" on stdin before letting it run on (victim "controller": the test
 kills ansible-playbook on the controller meanwhile). A state file is "fresh" once it was
@@ -21,6 +22,8 @@ rewritten after the watcher started, so a phase left by an earlier killed run ne
 """
 
 import argparse
+import ctypes
+import errno
 import hashlib
 import json
 import os
@@ -341,6 +344,57 @@ def observe(a, pid=None):
     return seen
 
 
+PTRACE_SYSCALL = 24
+PTRACE_SEIZE = 0x4206
+PTRACE_INTERRUPT = 0x4207
+PTRACE_O_TRACESYSGOOD = 1
+WALL = 0x40000000  # __WALL: wait for a tracee that is not our child
+
+
+def trace_until(pid, condition):
+    """Stop pid at each of its system calls (ptrace) until condition() holds there.
+
+    For a point whose window is a few system calls wide (the journal says 'verified', the
+    next step has not started): polling from outside can miss it on a loaded machine, a
+    syscall stop cannot, since every write the module makes is a system call. Returns
+    True with pid held in a ptrace stop (it may then be killed), False if pid ended first.
+    The sim host's capabilities (all but CAP_SYS_RESOURCE) allow the attach.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+    libc.ptrace.restype = ctypes.c_long
+
+    def ptrace(req, data=0):
+        if libc.ptrace(req, pid, None, ctypes.c_void_p(data)) == -1:
+            raise OSError(ctypes.get_errno(), "ptrace %#x on %d" % (req, pid))
+
+    try:
+        ptrace(PTRACE_SEIZE, PTRACE_O_TRACESYSGOOD)
+        ptrace(PTRACE_INTERRUPT)
+    except OSError as e:
+        if e.errno == errno.ESRCH:  # the module ended meanwhile
+            return False
+        raise
+    inject = 0
+    while True:
+        try:
+            _, status = os.waitpid(pid, WALL)
+        except ChildProcessError:
+            return False
+        if os.WIFEXITED(status) or os.WIFSIGNALED(status):
+            return False
+        sig = os.WSTOPSIG(status)
+        # a syscall stop, or the interrupt's event stop: nothing to pass on; any other
+        # stop is a signal for the module (SIGCHLD of its commands), delivered on resume
+        inject = 0 if sig in (signal.SIGTRAP | 0x80, signal.SIGTRAP) else sig
+        if condition():
+            return True
+        try:
+            ptrace(PTRACE_SYSCALL, inject)
+        except OSError:
+            return False
+
+
 def watch(a):
     start_id = identity(a.state)
     parent = os.getppid()
@@ -361,8 +415,12 @@ def watch(a):
             hit = phase == "copied" and pid is not None
         elif a.point == "during-verify":
             hit = phase == "copied" and pid is not None and hashing_fd(pid, [a.src, a.target]) is not None
-        elif a.point == "after-verify":
-            hit = phase == "verified" and pid is not None
+        elif a.point == "after-verify" and pid is not None:
+
+            def verified():
+                return identity(a.state) not in (None, start_id) and read_phase(a.state) == "verified"
+
+            hit = trace_until(pid, verified)
         elif a.point == "switch-fstab":
             hit = phase == "switching" and pid is not None
         elif a.point == "switch-mounted":

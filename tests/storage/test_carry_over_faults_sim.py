@@ -130,9 +130,9 @@ def run_with_fault(playbook, where, point, victim, log_dir, *extra):
     threading.Thread(target=lines_of, args=(watcher.stdout, q), daemon=True).start()
     assert q.get(timeout=30) == "READY"
     log = open(os.path.join(log_dir, "%s-%s-%s.log" % (playbook, point, victim)), "w")
-    # The linear strategy here: the watcher polls for the module between two journal
-    # phases, and under Mitogen it missed the window after 'verified' once in CI (an open
-    # item: the watcher should freeze the module at the phase, not poll for it).
+    # The linear strategy here: the module then runs as its own process on the host, whose
+    # pid the lock file names, so the watcher can freeze it (and, after 'verified', stop it
+    # at its next system call: polling missed that window twice in CI).
     pb = subprocess.Popen(
         stage_cmd(playbook),
         cwd=REPO,
