@@ -148,6 +148,9 @@ PHASES = [
         # serving).
         Suite("molecule-serve", "kf-node-1", [scenario("serve")]),
         Suite("serve-drain", "kf-node-1", ["tests/serving/test_serve_drain_sim.py"]),
+        # Then failover through the gateway on kf-node-1: kf-node-2's serving stopped and
+        # kf-node-3's killed under load (the model stage beside it leaves serving alone).
+        Suite("gateway-failover", "kf-node-1", ["tests/gateway/test_failover_sim.py"]),
         # Weights from peers beside it: kf-node-2 and kf-node-3 fetch from kf-node-1's
         # verified copy (bounded per source, resumable, a dead source falls back). Only the
         # model stage and kf-node-1's read-only share: kf-node-1's serving and gateway,
