@@ -9,6 +9,8 @@ a live view or ansible-playbook's output, a report per run, exit codes (docs/cli
   kunlun-fleet runs [show ID]                                the run reports (reports/runs/)
   kunlun-fleet status -i INVENTORY [--limit HOSTS] [--json]  every serving host's state, read-only
                       [--collect DIR]                        ... and the raw outputs the parsers read
+  kunlun-fleet support-bundle -i INVENTORY [--limit HOSTS] [-o FILE]
+                                                             every host's diagnostics, masked, in one tar.gz
   kunlun-fleet conformance DIR                               the parsers over those outputs: ok/unreadable/differs
   kunlun-fleet hostkeys -i INVENTORY [--limit HOSTS] [--accept]  every host's SSH host key: known, new, CHANGED
   kunlun-fleet bootstrap -i INVENTORY (--ask-pass | --password-file F) [--deploy-user NAME]
@@ -113,6 +115,13 @@ def cmd_status(ns):
     from kunlun_fleet import status
 
     return status.run(ns.inventory, ns.limit, as_json=ns.json, argv=_argv(ns), collect_dir=ns.collect)
+
+
+def cmd_support_bundle(ns):
+    """playbooks/status.yml with the diagnostics, read-only: one masked tar.gz."""
+    from kunlun_fleet import support
+
+    return support.run(ns.inventory, ns.limit, output=ns.output, argv=_argv(ns))
 
 
 def cmd_conformance(ns):
@@ -370,6 +379,19 @@ def build_parser():
         "addresses masked, under DIR/<host>/ (read-only; see `conformance DIR`)",
     )
     p.set_defaults(func=cmd_status)
+    p = sub.add_parser(
+        "support-bundle",
+        help="one tar.gz of every host's diagnostics, secrets masked, readable without the fleet",
+        allow_abbrev=False,
+        epilog="read-only on the hosts. Exit codes: 0 written with every host, 4 written, a host "
+        "unreachable, 1 nothing written, 3 refused input (docs/cli.md)",
+    )
+    p.add_argument("-i", "--inventory", required=True, help="the inventory (a directory, as inventories/example)")
+    p.add_argument("-l", "--limit", help="the hosts to collect (ansible-playbook's --limit)")
+    p.add_argument(
+        "-o", "--output", metavar="FILE", help="the bundle (default reports/support/support-<UTC time>.tar.gz)"
+    )
+    p.set_defaults(func=cmd_support_bundle)
     p = sub.add_parser(
         "conformance",
         help="the product's parsers over the outputs `status --collect DIR` saved",

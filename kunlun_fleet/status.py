@@ -641,12 +641,14 @@ def write_collection(directory, outputs, hosts, when=None):
 # ---------------------------------------------------------------- the run
 class StatusRun(runner.Run):
     """The runner's run of playbooks/status.yml, quiet, that keeps the tasks' results
-    (with collect: collect_outputs runs too, status_collect=true)."""
+    (with collect: collect_outputs runs too, status_collect=true; with support, with the
+    serving unit's diagnostics, status_support=true)."""
 
-    def __init__(self, inventory, limit=None, argv=None, base=None, collect=False):
+    def __init__(self, inventory, limit=None, argv=None, base=None, collect=False, support=False, label="status"):
         args = ["--check"] + (["-e", "status_collect=true"] if collect else [])
+        args += ["-e", "status_support=true"] if support else []
         super().__init__(
-            "status",
+            label,
             PLAYBOOK,
             args,
             inventory=inventory,

@@ -26,6 +26,14 @@ description:
     C(2001:db8::1)). Loopback, unspecified and netmask-like addresses, version numbers
     (a dotted number after the word "version") and UUIDs are kept. Credentials in URLs
     (C(scheme://user:password@)) are replaced by C(USER:PASSWORD).
+  - With I(diagnostics) (kunlun-fleet support-bundle) also what an engineer reads when a
+    host misbehaves - the tail of C(dmesg), the serving unit (C(systemctl cat), C(systemctl
+    status)), its journal's tail, the tail of the newest vLLM log in I(log_dir), C(docker
+    inspect) of the serving container, I(config_dir)/serve.env, the driver's local facts
+    (I(facts_file)) - with every secret masked on the host first (the value of an
+    assignment whose name ends in KEY, TOKEN, SECRET, PASSWORD or CREDENTIALS, an
+    C(--api-key) argument, a bearer token). The key file
+    (api-key.env) is never read.
   - kunlun-fleet status --collect DIR writes one file per output under DIR/<host>/.
   - Read-only; safe in check mode.
 options:
@@ -40,6 +48,33 @@ options:
     description: Seconds each command may take (C(timeout) is used when installed).
     type: int
     default: 30
+  diagnostics:
+    description: Also the diagnostics of the serving unit, its container and the kernel (see above).
+    type: bool
+    default: false
+  service:
+    description: The serving unit (C(serve_service_name)), with I(diagnostics).
+    type: str
+    default: kunlun-serve
+  container:
+    description: The serving container's name, with I(diagnostics).
+    type: str
+    default: kunlun-serve
+  log_dir:
+    description: vLLM's log directory (C(serve_log_dir)); the newest file's tail is read, with I(diagnostics).
+    type: path
+  config_dir:
+    description: The serving configuration (C(serve_config_dir)); its serve.env is read, masked, with I(diagnostics).
+    type: path
+    default: /etc/kunlun-serve
+  facts_file:
+    description: The driver stage's local facts (C(driver_facts_file)), read with I(diagnostics).
+    type: path
+    default: /etc/ansible/facts.d/xpu.fact
+  tail_lines:
+    description: How many of the last lines of the journal, the vLLM log and C(dmesg) are kept, with I(diagnostics).
+    type: int
+    default: 2000
 author:
   - kunlun-fleet contributors (@kunlun-fleet)
 """
@@ -48,6 +83,13 @@ EXAMPLES = r"""
 - name: The raw outputs, masked
   collect_outputs:
     mount_point: /home
+  register: collected
+
+- name: The same, and the serving unit's diagnostics, for a support bundle
+  collect_outputs:
+    mount_point: /home
+    diagnostics: true
+    log_dir: /home/newdata/logs/serve
   register: collected
 """
 
@@ -84,6 +126,10 @@ masked:
   returned: always
   type: dict
   sample: {serial: 8, mac: 2, ipv4: 3, ipv6: 1}
+  contains:
+    secret:
+      description: With I(diagnostics), how many secret values were replaced by C(********).
+      type: int
 """
 
 import glob
@@ -113,6 +159,37 @@ _URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s:\"']+:[^/@\s\
 _KEPT_IPV4 = re.compile(r"^(?:127\.|0\.0\.0\.0$|255\.|192\.0\.2\.|198\.51\.100\.|203\.0\.113\.)")
 _KEPT_MAC = re.compile(r"(?i)^(?:00[:-]){5}00$|^(?:ff[:-]){5}ff$|^02[:-]00[:-]00[:-]00[:-]")
 IPV4_RANGES = ("192.0.2.%d", "198.51.100.%d", "203.0.113.%d")
+
+
+# Secrets, masked on the host before any text leaves it: an assignment whose name ends in
+# what it holds (VLLM_API_KEY=..., in serve.env, `docker inspect`'s Env or a journal line;
+# not max_tokens=...), an --api-key argument, a bearer token. The name stays, the value goes.
+SECRET_MASK = "********"
+_SECRET_NAME = r"[A-Za-z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)\b"
+_VALUE = r"(?:\"(?P<dq>[^\"\n]*)\"|'(?P<sq>[^'\n]*)'|(?P<bare>[^\s\"',}]+))"
+_SECRET_ASSIGN = re.compile(r"(?i)\b%s[\"']?\s*[=:]\s*%s" % (_SECRET_NAME, _VALUE))
+_SECRET_ARG = re.compile(r"(?i)--api-key(?:=|\s+|\"\s*,\s*)%s" % _VALUE)
+_BEARER = re.compile(r"(?i)\bbearer\s+(?P<bare>[A-Za-z0-9\-._~+/]+=*)")
+
+
+def mask_secrets(text):
+    """text with the value of every secret-looking assignment, --api-key and bearer token
+    replaced by ********; returns (text, how many values were replaced)."""
+    if not text:
+        return text, 0
+    count = [0]
+
+    def hide(m):
+        group = next(g for g in ("dq", "sq", "bare") if g in m.re.groupindex and m.group(g) is not None)
+        if m.group(group) in ("", SECRET_MASK):
+            return m.group(0)
+        count[0] += 1
+        start, end = m.start(group) - m.start(0), m.end(group) - m.start(0)
+        return m.group(0)[:start] + SECRET_MASK + m.group(0)[end:]
+
+    for pattern in (_SECRET_ASSIGN, _SECRET_ARG, _BEARER):
+        text = pattern.sub(hide, text)
+    return text, count[0]
 
 
 class Masker(object):
@@ -219,7 +296,7 @@ class Collector(object):
         self.timeout = module.params["timeout"]
         self.limiter = module.get_bin_path("timeout")
 
-    def run(self, name, tool, args, shown=None, tool_path=None, env=None):
+    def run(self, name, tool, args, shown=None, tool_path=None, env=None, newest=False):
         entry = _entry(name, " ".join([shown or tool] + args))
         # Found as the product's modules find it (PATH first, then the sbin directories
         # get_bin_path adds): the same binary, so the same output.
@@ -231,7 +308,9 @@ class Collector(object):
         if self.limiter:
             argv = [self.limiter, str(self.timeout)] + argv
         rc, out, err = self.module.run_command(argv, environ_update=env or {})
-        entry.update(rc=rc, stdout=_cut(out, MAX_TEXT), stderr=_cut(err, MAX_ERR))
+        # newest: a log's last MAX_TEXT characters, not its first
+        kept = out[-MAX_TEXT:] if newest else _cut(out, MAX_TEXT)
+        entry.update(rc=rc, stdout=kept, stderr=_cut(err, MAX_ERR))
         return entry
 
 
@@ -308,8 +387,87 @@ def gather(module, proc_dir="/proc", etc_dir="/etc"):
     outputs.append(read_file("os-release.txt", os.path.join(etc_dir, "os-release")))
     outputs.append(c.run("uname-a.txt", "uname", ["-a"]))
     outputs.append(read_file("proc_self_mountinfo.txt", os.path.join(proc_dir, "self", "mountinfo")))
+    secrets = 0
+    diagnostics = module.params.get("diagnostics")
+    if diagnostics:
+        extra = gather_diagnostics(module, c)
+        for o in extra:
+            for key in ("stdout", "stderr"):
+                o[key], n = mask_secrets(o[key])
+                secrets += n
+        outputs += extra
     masker = mask_outputs(outputs)
-    return outputs, masker.counts()
+    counts = masker.counts()
+    if diagnostics:
+        counts["secret"] = secrets
+    return outputs, counts
+
+
+def tail(entry, lines):
+    """Keep the last `lines` lines of a collected output (said in the text when cut)."""
+    kept = entry["stdout"].splitlines(True)
+    if len(kept) > lines:
+        entry["stdout"] = "[... the last %d of %d lines]\n" % (lines, len(kept)) + "".join(kept[-lines:])
+    return entry
+
+
+def read_tail(name, path, lines, limit=MAX_TEXT):
+    """The last `lines` lines of a file that may be large (a log before its rotation):
+    only its last `limit` bytes are read."""
+    entry = _entry(name, "tail -n %d %s" % (lines, path))
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - limit))
+            data = fh.read().decode("utf-8", "replace")
+    except (IOError, OSError) as exc:
+        entry.update(missing=True, reason="%s: %s" % (path, exc.strerror or exc))
+        return entry
+    if size > limit:
+        data = data.split("\n", 1)[-1]  # the first line read is likely a part of one
+    entry.update(rc=0, stdout=data)
+    return tail(entry, lines)
+
+
+def newest_file(directory):
+    try:
+        names = [os.path.join(directory, n) for n in os.listdir(directory)]
+    except OSError:
+        return None
+    files = [p for p in names if os.path.isfile(p) and not p.endswith((".gz", ".xz", ".zst"))]
+    return max(files, key=os.path.getmtime) if files else None
+
+
+def gather_diagnostics(module, c):
+    """The serving unit, its container, its logs and the kernel's recent messages."""
+    p = module.params
+    lines, service = p["tail_lines"], p["service"]
+    out = [
+        tail(c.run("dmesg-tail.txt", "dmesg", ["--ctime"], newest=True), min(lines, 1000)),
+        c.run("unit.txt", "systemctl", ["cat", service]),
+        c.run("unit-status.txt", "systemctl", ["status", "--no-pager", "--full", service], env={"SYSTEMD_COLORS": "0"}),
+        c.run(
+            "journal-tail.txt",
+            "journalctl",
+            ["--unit", service, "--lines", str(lines), "--no-pager", "--output", "short-iso"],
+        ),
+    ]
+    log = newest_file(p["log_dir"]) if p["log_dir"] else None
+    if log:
+        out.append(read_tail("vllm-log-tail.txt", log, lines))
+    else:
+        out.append(
+            dict(
+                _entry("vllm-log-tail.txt", "tail %s/<newest>" % (p["log_dir"] or "<log_dir>")),
+                missing=True,
+                reason="no log file in %s" % p["log_dir"] if p["log_dir"] else "log_dir not given",
+            )
+        )
+    out.append(c.run("docker-inspect.json", "docker", ["inspect", p["container"]]))
+    out.append(read_file("serve.env", os.path.join(p["config_dir"], "serve.env")))
+    out.append(read_file("xpu-facts.json", p["facts_file"]))
+    return out
 
 
 def main():
@@ -318,6 +476,13 @@ def main():
             mount_point=dict(type="path", default="/home"),
             xpu_smi_path=dict(type="path"),
             timeout=dict(type="int", default=30),
+            diagnostics=dict(type="bool", default=False),
+            service=dict(type="str", default="kunlun-serve"),
+            container=dict(type="str", default="kunlun-serve"),
+            log_dir=dict(type="path"),
+            config_dir=dict(type="path", default="/etc/kunlun-serve"),
+            facts_file=dict(type="path", default="/etc/ansible/facts.d/xpu.fact"),
+            tail_lines=dict(type="int", default=2000),
         ),
         supports_check_mode=True,
     )

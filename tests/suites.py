@@ -117,7 +117,8 @@ PHASES = [
         Suite("e2e", "fleet", ["tests/e2e"], timeout=2700),
         # The bench on the served fleet the e2e leaves: a short sweep through the gateway
         # and per host, the report files, client and server counts within 3%.
-        # Then `kunlun-fleet status` on the same served fleet: all healthy and nothing changed.
+        # Then `kunlun-fleet status` on the same served fleet: all healthy and nothing changed;
+        # a support bundle of one host, the key nowhere in it.
         # And the endpoint as another host sees it: the admin API and /metrics refused, the
         # API behind the key, a stream in many chunks.
         Suite(
@@ -127,6 +128,7 @@ PHASES = [
                 "tests/bench/test_bench_sim.py",
                 "tests/status/test_status_sim.py",
                 "tests/status/test_collect_sim.py",
+                "tests/status/test_support_bundle_sim.py",
                 "tests/gateway/test_endpoint_from_a_peer_sim.py",
             ],
             timeout=900,

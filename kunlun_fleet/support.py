@@ -1,0 +1,186 @@
+"""kunlun-fleet support-bundle: what an engineer needs from a misbehaving fleet, in one
+tar.gz that reads without the fleet.
+
+One run of playbooks/status.yml (read-only, in check mode, as `status` runs it) with
+status_support=true: per host collect_outputs returns the raw outputs the parsers read
+(xpu-smi -q and the others, the /proc/kunlun and /proc/xpu state files, docker info, ...)
+and the serving unit's diagnostics (dmesg's tail, the unit and its journal's tail, vLLM's
+log tail, docker inspect of the serving container, serve.env, the driver's local facts),
+secrets masked on the host. Here, on the controller, every text is masked again with the
+inventory's vaulted values (the runner's masker), and the bundle is read back and refused
+(removed, exit 1) if any vaulted value is still in it.
+
+The bundle: <name>/README.txt (what is where), status.txt and status.json (the status table
+and document of the same run), hosts/<host>/<file> with hosts/<host>/index.json (the command
+behind each file, its exit status, what was missing and why), last-run/ (the summary of the
+newest deploy or stage run in reports/runs/).
+
+Exit codes: 0 the bundle is written with every host in it; 4 written, a host was
+unreachable (its index.json says so); 1 nothing written (the run failed, or a secret
+survived the masking); 3 refused input.
+"""
+
+import datetime
+import os
+import shutil
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+from kunlun_fleet import runner, status
+
+README = """kunlun-fleet support bundle
+made:      {made}
+command:   {command}
+inventory: {inventory}
+hosts:     {hosts}
+
+status.txt, status.json   `kunlun-fleet status` of the same moment: one row per host
+hosts/<host>/index.json   per file: the command that made it, its exit status; what was
+                          missing on the host and why
+hosts/<host>/...          xpu-smi.txt, xpu-smi-q.txt, xpu-smi-L.txt, proc_kunlun_version.txt,
+                          proc_xpu_devN_state.txt, lspci-Dn.txt, lsmod.txt, docker-info.json,
+                          findmnt.json, blkid.txt, lsblk.txt, os-release.txt, uname-a.txt,
+                          dmesg-tail.txt, unit.txt, unit-status.txt, journal-tail.txt
+                          (the serving unit), vllm-log-tail.txt, docker-inspect.json (the
+                          serving container), serve.env, xpu-facts.json (the driver's facts)
+last-run/                 the newest deploy or stage run's report (summary.md, summary.json)
+
+Masked before anything was written: serial numbers, MAC and IP addresses (placeholders,
+equal values equal: SERIAL-0001, 192.0.2.1, ...), the value of every KEY/TOKEN/SECRET/
+PASSWORD assignment, --api-key argument and bearer token (********), and every value the
+inventory keeps in ansible-vault. The API key file itself is never read.
+"""
+
+
+def default_output(base):
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return Path(base) / "reports" / "support" / ("support-%s.tar.gz" % stamp)
+
+
+def last_run(base):
+    """The newest deploy or stage run's directory (not a status or support run), or None."""
+    for summary in reversed(runner.list_runs(base)):
+        if summary.get("command") in ("deploy", "stage") and summary.get("id"):
+            path = runner.runs_dir(base) / summary["id"]
+            if path.is_dir():
+                return path
+    return None
+
+
+def _texts(root):
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            yield os.path.join(dirpath, name)
+
+
+def mask_tree(root, masker):
+    """Every file under root masked again with the run's masker (the vaulted values)."""
+    for path in _texts(root):
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+        masked = masker.text(text)
+        if masked != text:
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(masked)
+
+
+def secrets_in(archive, masker):
+    """Names of the archive's members that still hold a vaulted value (none, normally)."""
+    if masker.secrets is None:
+        return []
+    found = []
+    with tarfile.open(archive, "r:gz") as tar:
+        for member in tar.getmembers():
+            if member.isfile():
+                data = tar.extractfile(member).read().decode("utf-8", errors="replace")
+                if masker.secrets.search(data):
+                    found.append(member.name)
+    return found
+
+
+def run(inventory, limit=None, output=None, argv=None, base=None, out=None):
+    out = out or sys.stdout
+    base = Path(base or runner.root())
+    archive = Path(output) if output else default_output(base)
+    if archive.exists():
+        sys.stderr.write("kunlun-fleet support-bundle: %s exists; give another -o FILE\n" % archive)
+        return runner.REFUSED
+    if not archive.name.endswith((".tar.gz", ".tgz")):
+        sys.stderr.write("kunlun-fleet support-bundle: -o %s: name the file *.tar.gz (it is a gzipped tar)\n" % archive)
+        return runner.REFUSED
+    try:
+        archive.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        sys.stderr.write("kunlun-fleet support-bundle: -o %s: %s\n" % (archive, exc.strerror or exc))
+        return runner.REFUSED
+    try:
+        support_run = status.StatusRun(
+            inventory, limit, argv=argv, base=base, collect=True, support=True, label="support-bundle"
+        )
+    except runner.Refused as exc:
+        sys.stderr.write("kunlun-fleet support-bundle: %s\n" % exc)
+        return runner.REFUSED
+    code = support_run.run()
+    report = support_run.dir / "summary.md"
+    if code == runner.INTERRUPTED:
+        sys.stderr.write("kunlun-fleet support-bundle: interrupted; report: %s\n" % report)
+        return code
+    acceptance = status.read_acceptance(str(base / "reports" / "acceptance.json"))
+    doc = status.document(support_run.state, acceptance)
+    if not doc["hosts"]:
+        said = (support_run.summary or {}).get("error_output") or ["no host was read"]
+        sys.stderr.write(
+            "kunlun-fleet support-bundle: no host was read; nothing written%s\n  report: %s\n"
+            % ("".join("\n  " + line for line in said), report)
+        )
+        return code if code != runner.OK else runner.ERROR
+
+    name = archive.name[: -len(".tar.gz")] if archive.name.endswith(".tar.gz") else archive.stem
+    masker = support_run.masker
+    with tempfile.TemporaryDirectory(prefix="kunlun-support-") as tmp:
+        top = Path(tmp) / name
+        missed = dict((r["host"], r["error"] or "not collected") for r in doc["hosts"] if r.get("error"))
+        written = status.write_collection(str(top / "hosts"), support_run.state["outputs"], missed)
+        (top / "status.json").write_text(status.render_json(doc))
+        (top / "status.txt").write_text(status.render_table(doc))
+        previous = last_run(base)
+        if previous is not None:
+            (top / "last-run").mkdir()
+            for item in ("summary.md", "summary.json"):
+                if (previous / item).is_file():
+                    shutil.copyfile(previous / item, top / "last-run" / item)
+        (top / "README.txt").write_text(
+            README.format(
+                made=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                command=" ".join(argv or ["kunlun-fleet", "support-bundle"]),
+                inventory=support_run.inventory,
+                hosts=", ".join("%s (%d files)" % (h, n) for h, n in sorted(written.items())) or "-",
+            )
+        )
+        mask_tree(top, masker)
+        partial = archive.with_name(archive.name + ".partial")
+        with tarfile.open(partial, "w:gz") as tar:
+            tar.add(str(top), arcname=name)
+        os.chmod(partial, 0o600)
+    leaked = secrets_in(partial, masker)
+    if leaked:
+        partial.unlink()
+        sys.stderr.write(
+            "kunlun-fleet support-bundle: a vaulted value survived the masking in %s; the bundle was "
+            "removed, nothing is written. Report this as a bug.\n" % ", ".join(leaked)
+        )
+        return runner.ERROR
+    partial.rename(archive)
+    size = archive.stat().st_size
+    collected = sum(1 for n in written.values() if n)
+    out.write(
+        "support bundle: %s (%s, %d of %d host(s) collected, %d files)\n"
+        % (archive, status.human_bytes(size), collected, len(written), sum(written.values()))
+    )
+    for host in sorted(missed):
+        out.write("  %s: not collected: %s\n" % (host, missed[host]))
+    if previous is None:
+        out.write("  no deploy or stage run in %s to include\n" % runner.runs_dir(base))
+    return runner.UNREACHABLE if missed else runner.OK

@@ -1,0 +1,194 @@
+"""kunlun-fleet support-bundle's parts: the secrets masked on the host (collect_outputs'
+mask_secrets and its diagnostics), the controller's second masking and its check of the
+archive, the last run picked, the refusals before any run. The bundle from a served sim
+host: tests/status/test_support_bundle_sim.py."""
+
+import json
+import os
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "library"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import collect_outputs  # noqa: E402
+from module_docs import documented_spec  # noqa: E402
+
+from kunlun_fleet import runner, support  # noqa: E402
+
+MASK = collect_outputs.SECRET_MASK
+
+
+@pytest.mark.parametrize(
+    "text, masked, n",
+    [
+        ("VLLM_API_KEY=sk-live-123", "VLLM_API_KEY=" + MASK, 1),
+        ('"Env": ["VLLM_API_KEY=sk-1", "PATH=/usr/bin"]', '"Env": ["VLLM_API_KEY=%s", "PATH=/usr/bin"]' % MASK, 1),
+        ("vllm serve m --api-key s3cr3t --port 8000", "vllm serve m --api-key %s --port 8000" % MASK, 1),
+        ("--api-key=s3cr3t", "--api-key=" + MASK, 1),
+        ('["--api-key", "zzz"]', '["--api-key", "%s"]' % MASK, 1),
+        ("Authorization: Bearer abc.def", "Authorization: Bearer " + MASK, 1),
+        ('HF_TOKEN: "two words"', 'HF_TOKEN: "%s"' % MASK, 1),
+        ('{"api_key": "foo", "n": 1}', '{"api_key": "%s", "n": 1}' % MASK, 1),
+        ("AWS_SECRET_ACCESS_KEY=x DB_PASSWORD='p w'", "AWS_SECRET_ACCESS_KEY=%s DB_PASSWORD='%s'" % (MASK, MASK), 2),
+        # figures and names that only contain the words stay
+        ("max_tokens=64 num_tokens=5 token_count=3 KEYS=4", "max_tokens=64 num_tokens=5 token_count=3 KEYS=4", 0),
+        ("VLLM_API_KEY=" + MASK, "VLLM_API_KEY=" + MASK, 0),
+        ("", "", 0),
+    ],
+)
+def test_mask_secrets(text, masked, n):
+    assert collect_outputs.mask_secrets(text) == (masked, n)
+
+
+class FakeModule(object):
+    """AnsibleModule enough for collect_outputs.gather: canned outputs per tool and argv."""
+
+    def __init__(self, outputs, params):
+        self.outputs = outputs
+        self.params = dict(
+            {"mount_point": "/home", "xpu_smi_path": None, "timeout": 30, "diagnostics": True},
+            **params,
+        )
+
+    def get_bin_path(self, name, required=False, opt_dirs=None):
+        return "/usr/bin/" + name if name in self.outputs else None
+
+    def run_command(self, argv, **kwargs):
+        tool = argv[0].rsplit("/", 1)[-1]
+        return self.outputs[tool].get(tuple(argv[1:]), (1, "", "unexpected %s" % argv))
+
+
+def test_diagnostics_are_read_cut_and_masked_on_the_host(tmp_path):
+    logs, conf = tmp_path / "logs", tmp_path / "conf"
+    logs.mkdir()
+    conf.mkdir()
+    (logs / "vllm.log.1").write_text("old\n")
+    os.utime(logs / "vllm.log.1", (1, 1))
+    (logs / "vllm.log").write_text("".join("line %d\n" % i for i in range(50)) + "api_key=from-a-log\n")
+    (logs / "vllm.log.2.gz").write_bytes(b"\x1f\x8b")
+    (conf / "serve.env").write_text("VLLM_LOGGING_LEVEL=INFO\nVLLM_API_KEY=sk-in-serve-env\n")
+    (conf / "api-key.env").write_text("VLLM_API_KEY=sk-never-read\n")
+    facts = tmp_path / "xpu.fact"
+    facts.write_text('{"count": 8}\n')
+    inspect = json.dumps([{"Config": {"Env": ["VLLM_API_KEY=sk-in-docker", "PATH=/usr/bin"]}}])
+    module = FakeModule(
+        {
+            "dmesg": {("--ctime",): (0, "".join("[k] msg %d\n" % i for i in range(30)), "")},
+            "systemctl": {
+                ("cat", "kunlun-serve"): (0, "[Service]\nEnvironmentFile=/etc/kunlun-serve/api-key.env\n", ""),
+                ("status", "--no-pager", "--full", "kunlun-serve"): (0, "active (running)\n", ""),
+            },
+            "journalctl": {
+                ("--unit", "kunlun-serve", "--lines", "20", "--no-pager", "--output", "short-iso"): (
+                    0,
+                    "curl -H 'Authorization: Bearer sk-in-journal'\n",
+                    "",
+                )
+            },
+            "docker": {("inspect", "kunlun-serve"): (0, inspect, "")},
+            "findmnt": {},
+        },
+        {
+            "service": "kunlun-serve",
+            "container": "kunlun-serve",
+            "log_dir": str(logs),
+            "config_dir": str(conf),
+            "facts_file": str(facts),
+            "tail_lines": 20,
+        },
+    )
+    outputs, counts = collect_outputs.gather(module, proc_dir=str(tmp_path), etc_dir=str(tmp_path))
+    by_name = dict((o["name"], o) for o in outputs)
+    everything = json.dumps(outputs)
+    for secret in ("sk-in-serve-env", "sk-in-docker", "sk-in-journal", "from-a-log", "sk-never-read"):
+        assert secret not in everything, secret
+    assert counts["secret"] == 4
+    assert by_name["serve.env"]["stdout"] == "VLLM_LOGGING_LEVEL=INFO\nVLLM_API_KEY=%s\n" % MASK
+    assert "VLLM_API_KEY=%s" % MASK in by_name["docker-inspect.json"]["stdout"]
+    log = by_name["vllm-log-tail.txt"]
+    assert log["command"] == "tail -n 20 %s" % (logs / "vllm.log")  # the newest, not the rotated ones
+    assert log["stdout"].startswith("[... the last 20 of 51 lines]\nline 31\n")
+    assert by_name["dmesg-tail.txt"]["stdout"].count("\n") == 21  # 20 lines and the note
+    assert by_name["unit.txt"]["stdout"].startswith("[Service]")
+    assert by_name["xpu-facts.json"]["stdout"] == '{"count": 8}\n'
+
+
+def test_diagnostics_say_what_is_missing(tmp_path):
+    module = FakeModule({"findmnt": {}}, {"log_dir": str(tmp_path / "none"), "config_dir": str(tmp_path)})
+    module.params.update(service="kunlun-serve", container="kunlun-serve", facts_file=str(tmp_path / "f"), tail_lines=5)
+    outputs, counts = collect_outputs.gather(module, proc_dir=str(tmp_path), etc_dir=str(tmp_path))
+    by_name = dict((o["name"], o) for o in outputs)
+    for name in ("dmesg-tail.txt", "unit.txt", "journal-tail.txt", "docker-inspect.json"):
+        assert by_name[name]["missing"] and "not installed" in by_name[name]["reason"], name
+    assert by_name["vllm-log-tail.txt"]["missing"] and "no log file in" in by_name["vllm-log-tail.txt"]["reason"]
+    assert by_name["serve.env"]["missing"] and counts["secret"] == 0
+
+
+def test_without_diagnostics_nothing_more_is_read(tmp_path):
+    module = FakeModule({"findmnt": {}}, {"diagnostics": False})
+    outputs, counts = collect_outputs.gather(module, proc_dir=str(tmp_path), etc_dir=str(tmp_path))
+    assert "serve.env" not in [o["name"] for o in outputs] and "secret" not in counts
+
+
+def test_the_modules_documentation_matches_its_spec(monkeypatch):
+    doc, spec = documented_spec(monkeypatch, collect_outputs)
+    assert spec["diagnostics"]["default"] is False
+
+
+# ---------------------------------------------------------------- the controller's side
+def _run_dir(base, run_id, command):
+    path = runner.runs_dir(base) / run_id
+    path.mkdir(parents=True)
+    (path / "summary.json").write_text(json.dumps({"id": run_id, "command": command}))
+    (path / "summary.md").write_text("# %s\n" % run_id)
+    return path
+
+
+def test_the_last_deploy_or_stage_run_is_picked(tmp_path):
+    assert support.last_run(tmp_path) is None
+    _run_dir(tmp_path, "20261201T000000Z-deploy", "deploy")
+    stage = _run_dir(tmp_path, "20261202T000000Z-stage-serve", "stage")
+    _run_dir(tmp_path, "20261203T000000Z-status", "status")
+    _run_dir(tmp_path, "20261204T000000Z-support-bundle", "support-bundle")
+    assert support.last_run(tmp_path) == stage
+
+
+def test_a_vaulted_value_is_masked_and_a_survivor_found(tmp_path):
+    masker = runner.Masker(["the-fleet-key-123"])
+    tree = tmp_path / "b"
+    (tree / "hosts" / "h1").mkdir(parents=True)
+    (tree / "hosts" / "h1" / "journal-tail.txt").write_text("key the-fleet-key-123 in a log\n")
+    support.mask_tree(tree, masker)
+    assert (tree / "hosts" / "h1" / "journal-tail.txt").read_text() == "key ******** in a log\n"
+    good, bad = tmp_path / "good.tar.gz", tmp_path / "bad.tar.gz"
+    with tarfile.open(good, "w:gz") as tar:
+        tar.add(str(tree), arcname="b")
+    assert support.secrets_in(good, masker) == []
+    (tree / "late.txt").write_text("the-fleet-key-123")
+    with tarfile.open(bad, "w:gz") as tar:
+        tar.add(str(tree), arcname="b")
+    assert support.secrets_in(bad, masker) == ["b/late.txt"]
+
+
+def test_refused_before_any_run(tmp_path, capsys):
+    existing = tmp_path / "x.tar.gz"
+    existing.write_text("")
+    assert support.run(str(tmp_path), output=str(existing), base=tmp_path) == runner.REFUSED
+    assert "exists; give another -o FILE" in capsys.readouterr().err
+    assert support.run(str(tmp_path), output=str(tmp_path / "x.zip"), base=tmp_path) == runner.REFUSED
+    assert "name the file *.tar.gz" in capsys.readouterr().err
+    assert not (tmp_path / "reports" / "runs").exists()
+
+
+def test_a_large_log_is_read_from_its_end(tmp_path):
+    log = tmp_path / "vllm.log"
+    log.write_text("".join("line %06d\n" % i for i in range(20000)))  # 12 bytes a line
+    entry = collect_outputs.read_tail("vllm-log-tail.txt", str(log), 3, limit=1000)
+    # the last 1000 bytes: a part of a line (dropped) and 83 whole ones
+    assert entry["stdout"] == "[... the last 3 of 83 lines]\nline 019997\nline 019998\nline 019999\n"
+    assert entry["rc"] == 0 and entry["command"] == "tail -n 3 %s" % log
