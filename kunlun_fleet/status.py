@@ -665,6 +665,27 @@ class StatusRun(runner.Run):
         collect(self.state, event)
 
 
+def read_fleet(command, inventory, limit=None, argv=None, base=None, collect=False, support=False):
+    """The status playbook run once, read-only: (exit code, the run, the status document).
+    The document is None when the run was refused or interrupted (said on stderr)."""
+    try:
+        status_run = StatusRun(inventory, limit, argv=argv, base=base, collect=collect, support=support, label=command)
+    except runner.Refused as exc:
+        sys.stderr.write("kunlun-fleet %s: %s\n" % (command, exc))
+        return runner.REFUSED, None, None
+    code = status_run.run()
+    if code == runner.INTERRUPTED:
+        sys.stderr.write("kunlun-fleet %s: interrupted; report: %s\n" % (command, status_run.dir / "summary.md"))
+        return code, status_run, None
+    acceptance = read_acceptance(os.path.join(str(status_run.base), "reports", "acceptance.json"))
+    return code, status_run, document(status_run.state, acceptance)
+
+
+def not_collected(doc):
+    """{host: why} for the hosts whose state could not be read."""
+    return dict((r["host"], r["error"] or "not collected") for r in doc["hosts"] if r.get("error"))
+
+
 def run(inventory, limit=None, as_json=False, argv=None, out=None, base=None, collect_dir=None):
     """Runs the status playbook, prints the table (or the JSON document), returns the exit code.
     collect_dir: also save each host's raw outputs, masked, under collect_dir/<host>/."""
@@ -675,22 +696,13 @@ def run(inventory, limit=None, as_json=False, argv=None, out=None, base=None, co
         except OSError as exc:
             sys.stderr.write("kunlun-fleet status: --collect %s: %s\n" % (collect_dir, exc.strerror or exc))
             return runner.REFUSED
-    try:
-        status_run = StatusRun(inventory, limit, argv=argv, base=base, collect=bool(collect_dir))
-    except runner.Refused as exc:
-        sys.stderr.write("kunlun-fleet status: %s\n" % exc)
-        return runner.REFUSED
-    code = status_run.run()
-    report = status_run.dir / "summary.md"
-    if code == runner.INTERRUPTED:
-        sys.stderr.write("kunlun-fleet status: interrupted; report: %s\n" % report)
+    code, status_run, doc = read_fleet("status", inventory, limit, argv=argv, base=base, collect=bool(collect_dir))
+    if doc is None:
         return code
-    acceptance = read_acceptance(os.path.join(str(status_run.base), "reports", "acceptance.json"))
-    doc = document(status_run.state, acceptance)
+    report = status_run.dir / "summary.md"
     doc["report"] = str(report)
     if collect_dir:
-        missed = dict((r["host"], r["error"] or "not collected") for r in doc["hosts"] if r.get("error"))
-        written = write_collection(collect_dir, status_run.state["outputs"], missed)
+        written = write_collection(collect_dir, status_run.state["outputs"], not_collected(doc))
         doc["collected"] = {"dir": os.path.abspath(collect_dir), "files": written}
         sys.stderr.write(
             "kunlun-fleet status: raw outputs of %d host(s) in %s (masked); check them with "

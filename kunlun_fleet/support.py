@@ -115,20 +115,12 @@ def run(inventory, limit=None, output=None, argv=None, base=None, out=None):
     except OSError as exc:
         sys.stderr.write("kunlun-fleet support-bundle: -o %s: %s\n" % (archive, exc.strerror or exc))
         return runner.REFUSED
-    try:
-        support_run = status.StatusRun(
-            inventory, limit, argv=argv, base=base, collect=True, support=True, label="support-bundle"
-        )
-    except runner.Refused as exc:
-        sys.stderr.write("kunlun-fleet support-bundle: %s\n" % exc)
-        return runner.REFUSED
-    code = support_run.run()
-    report = support_run.dir / "summary.md"
-    if code == runner.INTERRUPTED:
-        sys.stderr.write("kunlun-fleet support-bundle: interrupted; report: %s\n" % report)
+    code, support_run, doc = status.read_fleet(
+        "support-bundle", inventory, limit, argv=argv, base=base, collect=True, support=True
+    )
+    if doc is None:
         return code
-    acceptance = status.read_acceptance(str(base / "reports" / "acceptance.json"))
-    doc = status.document(support_run.state, acceptance)
+    report = support_run.dir / "summary.md"
     if not doc["hosts"]:
         said = (support_run.summary or {}).get("error_output") or ["no host was read"]
         sys.stderr.write(
@@ -141,7 +133,7 @@ def run(inventory, limit=None, output=None, argv=None, base=None, out=None):
     masker = support_run.masker
     with tempfile.TemporaryDirectory(prefix="kunlun-support-") as tmp:
         top = Path(tmp) / name
-        missed = dict((r["host"], r["error"] or "not collected") for r in doc["hosts"] if r.get("error"))
+        missed = status.not_collected(doc)
         written = status.write_collection(str(top / "hosts"), support_run.state["outputs"], missed)
         (top / "status.json").write_text(status.render_json(doc))
         (top / "status.txt").write_text(status.render_table(doc))

@@ -128,14 +128,16 @@ def ssh(host_index, command, check=True, timeout=120):
     return proc
 
 
-def refuse_port(host_index, port, on, chain="INPUT"):
+def refuse_port(host_index, port, on, chain="INPUT", silent=False):
     """A dead link for one TCP port of a sim host, open connections included: a REJECT
-    (tcp-reset) rule inside the host, set through the sim engine, not over the SSH it may
-    cut. INPUT 22 loses the host for Ansible; OUTPUT <port> cuts its own connections out.
-    Needs iptables in the host (the engine stage installs it with docker.io)."""
+    (tcp-reset) rule inside the host, or with silent a DROP (no answer at all: a network
+    fault), set through the sim engine, not over the SSH it may cut. INPUT 22 loses the
+    host for Ansible; OUTPUT <port> cuts its own connections out. Needs iptables in the
+    host (the engine stage installs it with docker.io)."""
     from . import config, engine
 
-    rule = [chain, "-p", "tcp", "--dport", str(port), "-j", "REJECT", "--reject-with", "tcp-reset"]
+    target = ["DROP"] if silent else ["REJECT", "--reject-with", "tcp-reset"]
+    rule = [chain, "-p", "tcp", "--dport", str(port), "-j"] + target
     engine.docker("exec", config.container_name(host_index), "iptables", "-I" if on else "-D", *rule, check=on)
 
 

@@ -12,14 +12,18 @@ No client retry: a plain client's view.
 
 import http.client
 import json
+import os
 import re
 import threading
 import time
 
-from kunlun_fleet.sim import config, engine
-from kunlun_fleet.sim.testing import ssh
+import yaml
+
+from kunlun_fleet.sim.testing import REPO, refuse_port, ssh
 
 SERVED, BEFORE, IN_FLIGHT = "served", "before", "in-flight"
+PINS = yaml.safe_load(open(os.path.join(REPO, "roles/kunlun_stack/defaults/main.yml")))
+SERVING_PORT = PINS["kunlun_stack_serving"]["port"]
 
 
 class Client(threading.Thread):
@@ -108,8 +112,7 @@ def fault(host, kind, on):
             # systemd restarted it once already: clear the unit's start limit first
             ssh(host, "systemctl reset-failed kunlun-serve; systemctl restart kunlun-serve")
     elif kind == "firewall":
-        rule = ["INPUT", "-p", "tcp", "--dport", "8000", "-j", "DROP"]
-        engine.docker("exec", config.container_name(host), "iptables", "-I" if on else "-D", *rule, check=on)
+        refuse_port(host, SERVING_PORT, on, silent=True)
     else:
         raise ValueError(kind)
 
