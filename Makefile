@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 N ?= 3
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: setup bench-setup real-engine-setup system-deps lint syntax test-fast test collection collection-sanity demo sim-up sim-down sim-status clean
+.PHONY: setup bench-setup real-engine-setup system-deps lint syntax test-fast test collection collection-sanity ee demo sim-up sim-down sim-status clean
 
 # The pinned controller toolchain (requirements.txt) and the project's CLI.
 setup: $(BIN)/kunlun-fleet
@@ -85,6 +85,12 @@ collection-sanity: setup
 	cp scripts/ansible_test_get_pip.py ~/.ansible/test/cache/get_pip_$(ANSIBLE_TEST_PIP).py
 	cd $(COLLECTION_TREE) && (test -d .git || git init -q .) && \
 	  $(CURDIR)/$(BIN)/ansible-test sanity --python 3.11 --requirements
+
+# The execution environment for AWX (execution-environment.yml, docs/awx.md): ansible-builder
+# on a Debian 12 base; EE_ROOTFS=<a Debian 12 image> builds on that instead of the
+# debootstrap tree. The engine is DOCKER_HOST's (the sim fleet's when unset and running).
+ee: setup
+	$(BIN)/python -m kunlun_fleet.ee build $(if $(EE_ROOTFS),--rootfs $(EE_ROOTFS))
 
 # The demo: three sim hosts, then site.yml against them.
 demo: setup

@@ -170,6 +170,23 @@ def _image_key(ref):
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
+def rootfs_image():
+    """The debootstrap root file system (Debian 12) as an image on the sim engine, imported
+    once per set of inputs: the FROM of this base image and of the execution environment's
+    (kunlun_fleet/ee.py)."""
+    rootfs = "%s:%s" % (ROOTFS_REPO, sim_image.rootfs_key())
+    if docker("image", "inspect", rootfs, check=False).returncode != 0:
+        tarball = sim_image._debootstrap_tarball()
+        log("importing %s as %s" % (tarball, rootfs))
+        with open(tarball, "rb") as fh:
+            proc = subprocess.run(
+                [docker_cli(), "import", "-", rootfs], stdin=fh, capture_output=True, text=True, env=docker_env()
+            )
+        if proc.returncode != 0:
+            raise SimError("docker import of %s failed: %s" % (tarball, proc.stderr))
+    return rootfs
+
+
 def build(pins, out, log=log):
     """Write out/<kunlun_stack_base_image_archive>; return its relative path."""
     rel = pins["kunlun_stack_base_image_archive"]
@@ -191,16 +208,7 @@ def build(pins, out, log=log):
             "Fix: `kunlun-fleet sim-up 0` (or sim-up N) first"
         )
     if _image_key(name) != key:
-        rootfs = "%s:%s" % (ROOTFS_REPO, sim_image.rootfs_key())
-        if docker("image", "inspect", rootfs, check=False).returncode != 0:
-            tarball = sim_image._debootstrap_tarball()
-            log("importing %s as %s" % (tarball, rootfs))
-            with open(tarball, "rb") as fh:
-                proc = subprocess.run(
-                    [docker_cli(), "import", "-", rootfs], stdin=fh, capture_output=True, text=True, env=docker_env()
-                )
-            if proc.returncode != 0:
-                raise SimError("docker import of %s failed: %s" % (tarball, proc.stderr))
+        rootfs = rootfs_image()
         uv_whl = _wheel("uv", UV_VERSION)
         st_whl = _wheel("setuptools", SETUPTOOLS_VERSION)
         os.makedirs(BUILD_DIR, exist_ok=True)

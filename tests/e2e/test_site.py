@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kunlun_fleet import vault
+from kunlun_fleet import ee, vault
 from kunlun_fleet.loadgen import Load
-from kunlun_fleet.sim.config import host_address
+from kunlun_fleet.sim.config import SIM_HOME, host_address
 from kunlun_fleet.sim.testing import recap, sim, ssh
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,7 +91,32 @@ def changed_by_stage(out):
 
 
 @pytest.fixture(scope="module")
-def bare_check(sim_fleet):
+def ee_build():
+    """The execution environment's build (make ee), started first: it runs beside the
+    check from bare hosts and the first run, which need the controller far less than the
+    hosts; the second run below waits for it."""
+    proc = subprocess.Popen(
+        [str(ROOT / ".venv/bin/python"), "-m", "kunlun_fleet.ee", "build"],
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def ee_image(ee_build):
+    out, err = ee_build.communicate(timeout=1800)
+    assert ee_build.returncode == 0, err[-4000:]
+    return out.strip()
+
+
+@pytest.fixture(scope="module")
+def bare_check(sim_fleet, ee_build):
     """Bare hosts: all three reset, kf-node-3 as servers are delivered (/home an ext4 LVM
     volume of its own names, mounted by /dev/mapper path, holding users' files). Then the
     operator's first command on new servers, `site.yml --check --diff`, with every host's
@@ -216,12 +241,16 @@ def test_image_built_once_and_pulled_by_the_two_others(first_run):
 
 
 @pytest.fixture(scope="module")
-def converged_runs(first_run, tmp_path_factory):
+def converged_runs(first_run, ee_image, tmp_path_factory):
     """The second run and check mode on the converged fleet, side by side: both find a fleet
     that needs nothing (the second run must change nothing, asserted below), so they run at
     once instead of one after the other (each is mostly the controller's CPU; on this 2-core
     machine the pair takes about a minute less). Check mode keeps its own fact cache: the
-    two never write the same files."""
+    two never write the same files.
+
+    The second run is the one an AWX job makes: site.yml through ansible-navigator in the
+    execution environment (execution-environment.yml), which must find the fleet the
+    runner delivered (`kunlun-fleet demo` above) as converged as the runner left it."""
     env = dict(
         os.environ,
         ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
@@ -230,11 +259,25 @@ def converged_runs(first_run, tmp_path_factory):
     )
     cmd = [str(ROOT / ".venv/bin/ansible-playbook"), "-i", "inventories/sim", "site.yml"]
     check_env = dict(env, ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path_factory.mktemp("check-facts")))
+    # The sim inventory names files outside the project: the SSH key and the bundle (under
+    # the sim's home) and this machine's CA certificates (group_vars/all/machine.yml). The
+    # EE reaches the sim hosts as the controller does (the host's network).
+    ee_cmd = ee.navigator_command(
+        ee_image,
+        "site.yml",
+        "inventories/sim",
+        mounts=[SIM_HOME, "/usr/local/share/ca-certificates"],
+        container_options=["--network=host"],
+        pass_env=["ANSIBLE_VAULT_PASSWORD_FILE", "ANSIBLE_FORCE_COLOR", "ANSIBLE_CALLBACK_RESULT_FORMAT"],
+    )
     # The builder's clock before both runs: its registry's log since then (read below).
     stamp = ssh(1, "date '+%Y-%m-%d %H:%M:%S'").stdout.strip()
     time.sleep(1)
+    started = int(time.time())
     procs = {
-        "second": subprocess.Popen(cmd, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT),
+        "second": subprocess.Popen(
+            ee_cmd, cwd=ROOT, env=ee.docker_env() | env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        ),
         "check": subprocess.Popen(
             cmd + ["--check", "--diff"],
             cwd=ROOT,
@@ -245,16 +288,31 @@ def converged_runs(first_run, tmp_path_factory):
         ),
     }
     outs = {name: proc.communicate(timeout=3600)[0] for name, proc in procs.items()}
+    # ansible-runner marks each event in a container's output with an erased escape
+    # sequence (invisible on a terminal): gone, the text is ansible-playbook's.
+    outs["second"] = ee.plain_output(outs["second"])
+    events = subprocess.run(
+        ["docker", "events", "--since", str(started), "--until", str(int(time.time()) + 1)]
+        + ["--filter", "type=container", "--filter", "event=start", "--filter", "image=" + ee_image]
+        + ["--format", "{{.Actor.Attributes.name}}"],
+        env=ee.docker_env(),
+        text=True,
+        capture_output=True,
+        timeout=60,
+    )
     keep("e2e-second-run.log", outs["second"])
     keep("e2e-check-converged.log", outs["check"])
     found = {name: (procs[name].returncode, outs[name]) for name in procs}
+    found["ee_image"], found["ee_containers"] = ee_image, events.stdout.split()
     found["registry_log"] = ssh(1, "journalctl -u kunlun-registry --since '%s' --no-pager -o cat" % stamp).stdout
     return found
 
 
-def test_second_run_changes_nothing(converged_runs):
+def test_second_run_in_the_execution_environment_changes_nothing(converged_runs):
     rc, out = converged_runs["second"]
     assert rc == 0, out[-6000:]
+    # It ran in the EE: the engine started a container of that image during the run.
+    assert converged_runs["ee_containers"], "no container of %s started during the run" % converged_runs["ee_image"]
     changed = {h: r["changed"] for h, r in recap(out).items() if r["changed"]}
     assert changed == {}, "second run changed: %s\n%s" % (changed, out[-4000:])
     # The serve stage checked every host for real (a completion each) and rolled nothing:
