@@ -193,15 +193,18 @@ def _trust(value):
     return value
 
 
-def role_variables(extra=None):
+def role_variables(extra=None, os_vars="Debian"):
     """The variables a play of the role sees by default: kunlun_stack's and the role's
     defaults, Ansible's ansible_managed, ``extra`` (an inventory's variables), then
-    kunlun_stack's role variables (the effective configuration, which outranks an inventory)."""
+    kunlun_stack's role variables (the effective configuration, which outranks an inventory)
+    and the role's vars/<os_vars>.yml (the distribution's package names and paths, which the
+    role's first task loads; Debian, the tested platform, unless told)."""
     variables = {"ansible_managed": "Ansible managed", "playbook_dir": str(ROOT)}
     variables.update(yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text()))
     variables.update(yaml.safe_load((ROLE / "defaults/main.yml").read_text()))
     variables.update(extra or {})
     variables.update(yaml.safe_load((ROOT / "roles/kunlun_stack/vars/main.yml").read_text()))
+    variables.update(yaml.safe_load((ROLE / "vars" / ("%s.yml" % os_vars)).read_text()))
     return variables
 
 

@@ -11,7 +11,7 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLE = os.path.join(ROOT, "roles", "engine")
 # Variables Ansible gives every play.
-MAGIC = {"ansible_facts", "inventory_hostname", "groups", "hostvars", "playbook_dir", "ansible_check_mode"}
+MAGIC = {"ansible_facts", "inventory_hostname", "groups", "hostvars", "playbook_dir", "ansible_check_mode", "omit"}
 
 
 def load(*parts):
@@ -49,6 +49,9 @@ def test_every_variable_the_defaults_use_is_defined():
     defaults = load(ROLE, "defaults", "main.yml")
     deps = [d["role"] if isinstance(d, dict) else d for d in load(ROLE, "meta", "main.yml")["dependencies"]]
     known = set(defaults) | MAGIC
+    # The distribution's values the role loads first (vars/<OS>.yml; tests/unit/test_os_vars.py).
+    for name in sorted(os.listdir(os.path.join(ROLE, "vars"))):
+        known |= set(load(ROLE, "vars", name))
     for dep in deps:
         known |= set(load(ROOT, "roles", dep, "defaults", "main.yml"))
         if os.path.exists(os.path.join(ROOT, "roles", dep, "vars", "main.yml")):

@@ -110,7 +110,9 @@ def test_defaults_follow_the_other_roles():
     assert ':8000"' in rendered, "vllm's port is kunlun_stack_serving_effective.port"
     # the router's metrics through the endpoint's public port (the proxy's /metrics)
     assert ':8080"' in rendered and ":29000" not in rendered, "the router's metrics are gateway_port's /metrics"
-    assert DEFAULTS["monitoring_textfile_dir"] == "/var/lib/prometheus/node-exporter"
+    # The distribution's paths come from vars/<OS>.yml (tests/unit/test_os_vars.py).
+    assert DEFAULTS["monitoring_textfile_dir"] == "{{ __monitoring_textfile_dir | default(omit) }}"
+    assert load("vars", "Debian.yml")["__monitoring_textfile_dir"] == "/var/lib/prometheus/node-exporter"
     assert DEFAULTS["monitoring_xpu_interval"] == 15 and DEFAULTS["monitoring_port"] == 9090
     assert DEFAULTS["monitoring_retention"] == "15d" and DEFAULTS["monitoring_scrape_interval"] == "15s"
 
@@ -324,7 +326,7 @@ def test_config_and_rules_are_checked_by_promtool_and_reload_prometheus():
     config = by_dest["{{ monitoring_config_file }}"]
     assert config["ansible.builtin.template"]["validate"] == "promtool check config %s"
     assert config["notify"] == "Monitoring | Reload Prometheus"
-    assert by_dest["/etc/default/prometheus"]["notify"] == "Monitoring | Restart Prometheus"
+    assert by_dest["{{ __monitoring_args_file }}"]["notify"] == "Monitoring | Restart Prometheus"
     names = [t["name"] for t in tasks("main.yml")]
     # The rules exist before the configuration that loads them is checked.
     assert names.index(rules["name"]) < names.index(config["name"])
