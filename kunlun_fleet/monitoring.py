@@ -28,6 +28,7 @@ CONFIG_TEMPLATE = ROLE / "templates" / "prometheus.yml.j2"
 DASHBOARD = ROLE / "files" / "kunlun-fleet-dashboard.json"
 XPU_EXPORTER = ROLE / "files" / "kunlun-xpu-exporter"
 GATEWAY_EXPORTER = ROLE / "files" / "kunlun-gateway-exporter"
+CERT_EXPORTER = ROLE / "files" / "kunlun-cert-exporter"
 VLLM_METRICS_SRC = ROOT / "kunlun_fleet" / "sim" / "artifacts" / "vllm_src" / "vllm" / "engine" / "metrics.py"
 
 # vllm-router 0.1.17 (its src/metrics.rs, the vLLM project's router): the series the
@@ -124,8 +125,13 @@ def gateway_exporter():
     return _load_script(GATEWAY_EXPORTER)
 
 
+def cert_exporter():
+    return _load_script(CERT_EXPORTER)
+
+
 def exporter_metric_names():
-    return frozenset(name for mod in (xpu_exporter(), gateway_exporter()) for name, _, _ in mod.METRICS)
+    exporters = (xpu_exporter(), gateway_exporter(), cert_exporter())
+    return frozenset(name for mod in exporters for name, _, _ in mod.METRICS)
 
 
 def vllm_metric_names():

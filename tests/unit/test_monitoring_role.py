@@ -401,7 +401,8 @@ def test_what_runs_on_each_host():
         removed = templar.template(trust_as_template(retire["loop"]))
         variables["monitoring_node_metrics"] = {
             "status": 200,
-            "content": "kunlun_xpu_exporter_last_run_timestamp_seconds 1",
+            "content": "kunlun_xpu_exporter_last_run_timestamp_seconds 1\n"
+            "kunlun_cert_exporter_last_run_timestamp_seconds 1",
         }
         ready = Templar(loader=DataLoader(), variables=monitoring._trust(variables)).template(
             trust_as_template("{{ %s }}" % wait["until"])
@@ -411,11 +412,18 @@ def test_what_runs_on_each_host():
     assert found["p800-a02"][0] == [
         ("kunlun-xpu-exporter", None),
         ("xpu_smi.py", "xpu_smi.py"),
+        ("kunlun-cert-exporter", None),
         ("kunlun_textfile.py", None),
     ]
     assert found["p800-a02"][1][0] == "/var/lib/prometheus/node-exporter/kunlun_gateway.prom"
     assert found["p800-a02"][2] is True
-    assert found["gw-01"][0] == [("kunlun-gateway-exporter", None), ("kunlun_textfile.py", None)]
+    assert found["gw-01"][0] == [
+        ("kunlun-gateway-exporter", None),
+        ("kunlun-cert-exporter", None),
+        ("kunlun_textfile.py", None),
+    ]
     assert found["gw-01"][1][0] == "/var/lib/prometheus/node-exporter/kunlun_xpu.prom"
     assert found["gw-01"][2] is False, "the gateway exporter's own metric is awaited there"
-    assert found["mon-01"][0] == [] and len(found["mon-01"][1]) == 9 and found["mon-01"][2] is True
+    # The certificate exporter runs everywhere (it exports only the files a host has).
+    assert found["mon-01"][0] == [("kunlun-cert-exporter", None), ("kunlun_textfile.py", None)]
+    assert len(found["mon-01"][1]) == 9 and found["mon-01"][2] is True

@@ -29,6 +29,8 @@ ALERTS = {
     "KunlunTtftP99High",
     "KunlunThroughputLow",
     "KunlunDataVolumeNearlyFull",
+    "KunlunCertificateExpiresSoon",
+    "KunlunCertificateUnreadable",
     # what those rely on answering
     "KunlunGatewayDown",
     "KunlunNodeExporterDown",
@@ -99,6 +101,10 @@ def test_the_expressions_say_what_the_issue_asks(rules):
     assert "vllm:num_requests_running" in expr["KunlunThroughputLow"]
     assert 'mountpoint="/home"' in expr["KunlunDataVolumeNearlyFull"] and "< 0.1" in expr["KunlunDataVolumeNearlyFull"]
     assert durations["KunlunDataVolumeNearlyFull"] == "10m"
+    # 14 days ahead (the issue's margin), for an hour.
+    assert expr["KunlunCertificateExpiresSoon"] == "kunlun_cert_not_after_timestamp_seconds - time() < 14 * 86400"
+    assert durations["KunlunCertificateExpiresSoon"] == "1h"
+    assert expr["KunlunCertificateUnreadable"] == "kunlun_cert_read_ok == 0"
 
 
 def test_thresholds_are_the_role_variables():
@@ -157,8 +163,10 @@ def test_promtool_unit_tests_catch_a_changed_for(rendered, tmp_path):
 
 
 def _duration(text):
-    value, unit = re.match(r"^(\d+)([smh])$", text).groups()
-    return int(value) * {"s": 1, "m": 60, "h": 3600}[unit]
+    """A Prometheus duration such as 30m or 145h1m, in seconds."""
+    parts = re.findall(r"(\d+)([smhd])", text)
+    assert parts and "".join(v + u for v, u in parts) == text, text
+    return sum(int(value) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit] for value, unit in parts)
 
 
 def test_every_alert_is_tested_firing_and_one_evaluation_before(rules):
