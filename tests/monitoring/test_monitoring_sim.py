@@ -11,6 +11,7 @@ The fleet is put back as it was (the unit started and serving, the fault removed
 import json
 import os
 import re
+import ssl
 import subprocess
 import threading
 import time
@@ -105,6 +106,22 @@ def test_every_dashboard_query_returns_data_and_every_alert_evaluates(monitored)
         "kf-node-2": "8",
         "kf-node-3": "8",
     }, devices
+
+
+def test_the_registry_certificates_expiry_reaches_prometheus(monitored):
+    """kunlun-cert-exporter on the builder (kf-node-1): Prometheus holds the fleet registry's
+    certificate expiry, equal to what openssl reads on the host; the hosts without a
+    certificate file export none."""
+    end = ssh(1, "openssl x509 -noout -enddate -in /etc/kunlun-registry/registry.crt").stdout.strip()
+    expected = ssl.cert_time_to_seconds(end.split("=", 1)[1])
+    deadline = time.monotonic() + 60
+    while True:
+        result = api("/api/v1/query", query="kunlun_cert_not_after_timestamp_seconds")["result"]
+        if result or time.monotonic() > deadline:
+            break
+        time.sleep(3)
+    found = {(r["metric"]["host"], r["metric"]["cert"]): float(r["value"][1]) for r in result}
+    assert found == {("kf-node-1", "registry"): expected}, found
 
 
 def test_a_stopped_server_and_a_device_in_error_raise_their_alerts(monitored):
