@@ -96,7 +96,6 @@ def test_ansible_finds_every_filter_and_its_documentation_through_the_projects_c
         "image_tag",
         "image_build_tag",
         "gateway_worker_urls",
-        "gateway_worker_todo",
         "bundle_paths",
         "storage_adopt",
         "packages_missing",
