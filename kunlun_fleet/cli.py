@@ -21,6 +21,8 @@ a live view or ansible-playbook's output, a report per run, exit codes (docs/cli
   kunlun-fleet bundle check DIR [--inventory INV]            verify it against its manifest, index and the pins
                                                              (`bundle-check DIR` is the same)
   kunlun-fleet api-key -i INVENTORY [--show]                 make the fleet's API key once (ansible-vault)
+  kunlun-fleet api-key -i INVENTORY add|revoke|rotate NAME [--no-apply] | list | apply | show NAME
+                                                             the teams' client keys, checked by the gateway
   kunlun-fleet bench -i INVENTORY [--concurrency 1,64,...] [--duration S | --requests N] [--check]
                                                              playbooks/bench.yml: load sweep and report
   kunlun-fleet plan [--concurrency N] [--output-tok-s T] [--ttft-p99 2s] [--results FILE]
@@ -176,8 +178,17 @@ def cmd_bundle_check(ns):
 
 
 def cmd_api_key(ns):
-    from kunlun_fleet import vault
+    from kunlun_fleet import runner, vault
 
+    if ns.action:
+        try:
+            return _api_key_action(ns)
+        except vault.Refused as exc:
+            print("kunlun-fleet api-key: %s. Nothing was changed." % exc, file=sys.stderr)
+            return runner.REFUSED
+    if ns.name or ns.no_apply:
+        print("kunlun-fleet api-key: NAME and --no-apply go with add, revoke or rotate", file=sys.stderr)
+        return runner.REFUSED
     if ns.show:
         print(vault.read_api_key(ns.inventory, ns.vault_password_file))
         return 0
@@ -186,6 +197,116 @@ def cmd_api_key(ns):
     print(
         "%s the fleet's API key in %s (ansible-vault, password file %s). Print it with "
         "`kunlun-fleet api-key -i %s --show`." % ("made" if created else "kept", path, pw, ns.inventory)
+    )
+    return 0
+
+
+# The client keys (docs/gateway.md "Client keys", docs/cli.md "api-key"). A key is printed
+# only by add and rotate (once, alone on stdout, for the operator to hand over) and by show;
+# the apply's run goes to stderr then, so that `KEY=$(kunlun-fleet api-key ... add NAME)`
+# holds the key alone. Keys reach the playbook through the vault file only.
+_STATES = {
+    "applied": "applied",
+    "added": "added, not applied yet (the gateways refuse it until `apply`)",
+    "rotated": "rotated, not applied yet (the gateways accept the old key until `apply`)",
+    "revoked": "revoked, not applied yet (the gateways accept it until `apply`)",
+}
+
+
+def _api_key_action(ns):
+    from kunlun_fleet import vault
+
+    inv, pw = ns.inventory, ns.vault_password_file
+    if ns.action in ("add", "revoke", "rotate", "show") and not ns.name:
+        raise vault.Refused("%s needs a client name: kunlun-fleet api-key -i %s %s NAME" % (ns.action, inv, ns.action))
+    if ns.action in ("list", "apply") and ns.name:
+        raise vault.Refused("%s takes no name (got %r)" % (ns.action, ns.name))
+    if ns.show or (ns.no_apply and ns.action not in ("add", "revoke", "rotate")):
+        raise vault.Refused("--show goes alone (a client's key: `show NAME`); --no-apply with add, revoke or rotate")
+    if ns.action == "show":
+        print(vault.read_client_key(inv, ns.name, pw))
+        return 0
+    if ns.action == "list":
+        return _api_key_list(inv, pw)
+    if ns.action == "apply":
+        return _api_key_apply(ns, sys.stdout)
+    if ns.action == "add":
+        vault._check_name(ns.name, "added")  # before the fleet key is made, if it is
+        created, _ = vault.ensure_api_key(inv, pw)
+        if created:
+            print("made the fleet's API key first (`kunlun-fleet api-key -i %s --show`)" % inv, file=sys.stderr)
+        key = vault.add_client_key(inv, ns.name, pw)
+    elif ns.action == "rotate":
+        key = vault.rotate_client_key(inv, ns.name, pw)
+    else:
+        vault.revoke_client_key(inv, ns.name, pw)
+        key = None
+    done = {"add": "added", "rotate": "made a new key for", "revoke": "revoked"}[ns.action]
+    if key is not None:
+        print(
+            "%s client %s in %s (encrypted). Its key, printed this once (`show %s` prints it again):"
+            % (done, ns.name, vault.paths(inv)[1], ns.name),
+            file=sys.stderr,
+        )
+        print(key, flush=True)
+    else:
+        print("%s client %s in %s." % (done, ns.name, vault.paths(inv)[1]), file=sys.stderr)
+    if ns.no_apply:
+        print(
+            "Not applied (--no-apply): the gateways %s until `kunlun-fleet api-key -i %s apply`."
+            % ("refuse the new key" if ns.action == "add" else "accept the old key", inv),
+            file=sys.stderr,
+        )
+        return 0
+    return _api_key_apply(ns, sys.stderr if key is not None else sys.stdout)
+
+
+def _api_key_apply(ns, stream):
+    """playbooks/api_keys.yml through the runner: every gateway's key map, a graceful reload;
+    on success the record `list` compares the vault with."""
+    from kunlun_fleet import runner, vault
+
+    inv = ns.inventory
+    pw = ns.vault_password_file or vault.paths(inv)[0]
+    fingerprints = vault.client_fingerprints(inv, pw)
+    plain = ns.plain or not stream.isatty() or os.environ.get("TERM") == "dumb"
+    rc = runner.run_playbook(
+        "api-key",
+        "playbooks/api_keys.yml",
+        ["--vault-password-file", pw],
+        inventory=inv,
+        output="plain" if plain else "live",
+        argv=_argv(ns),
+        stream=stream,
+        label="api-key",
+    )
+    if rc == runner.OK:
+        vault.record_applied(inv, fingerprints)
+        print("applied: every gateway has the client keys of %s" % vault.paths(inv)[1], file=sys.stderr)
+    else:
+        print(
+            "not applied on every gateway (exit code %d, the run above): the vault holds the change; "
+            "`kunlun-fleet api-key -i %s apply` once what the run names is fixed" % (rc, inv),
+            file=sys.stderr,
+        )
+    return rc
+
+
+def _api_key_list(inv, pw):
+    from kunlun_fleet import vault
+
+    states = vault.client_states(inv, pw)
+    record = vault.applied_record(inv)
+    width = max(len(name) for name, _ in states)
+    for name, state in states:
+        text = "the fleet key: the workers' own, always accepted" if name == vault.FLEET else _STATES[state]
+        if name == vault.FLEET and state != "applied":
+            text += " (not applied by `api-key apply` yet)"
+        print("%s  %s" % (name.ljust(width), text))
+    print(
+        "last applied by `kunlun-fleet api-key apply`: %s"
+        % (record["applied_at"] if record else "never (the gateway stage applies them too)"),
+        file=sys.stderr,
     )
     return 0
 
@@ -475,10 +596,28 @@ def build_parser():
         c.add_argument("bundle_dir", metavar="DIR")
         _bundle_options(c)
         c.set_defaults(func=cmd_bundle_check)
-    p = sub.add_parser("api-key", help="make the fleet's API key once, into INVENTORY/group_vars/all/vault.yml")
+    p = sub.add_parser(
+        "api-key",
+        help="the fleet's API key (made once) and the teams' client keys, in INVENTORY/group_vars/all/vault.yml",
+        allow_abbrev=False,
+        epilog="add and rotate print the new key once, alone on stdout; add, revoke and rotate then apply the "
+        "change (playbooks/api_keys.yml: every gateway's key map, a graceful reload of HAProxy). Client names: "
+        "lowercase letters, digits, - and _, 'fleet' reserved. Exit codes: 0 ok, 3 refused (nothing changed), "
+        "else the apply's (docs/cli.md)",
+    )
     p.add_argument("-i", "--inventory", required=True, help="the inventory directory")
     p.add_argument("--vault-password-file", help="default: INVENTORY/.vault-password (made when missing)")
-    p.add_argument("--show", action="store_true", help="print the key (for a client); nothing else does")
+    p.add_argument("--show", action="store_true", help="print the fleet key (for a client); nothing else does")
+    p.add_argument(
+        "action",
+        nargs="?",
+        choices=["add", "revoke", "rotate", "list", "apply", "show"],
+        help="a client key: add NAME (a new key), revoke NAME, rotate NAME (a new key, the old one refused once "
+        "applied), list (names and whether applied), apply (the vault's keys to every gateway), show NAME",
+    )
+    p.add_argument("name", nargs="?", metavar="NAME", help="the client (a team), for add, revoke, rotate, show")
+    p.add_argument("--no-apply", action="store_true", help="change the vault only; `apply` later")
+    p.add_argument("--plain", action="store_true", help="ansible-playbook's own output for the apply")
     p.set_defaults(func=cmd_api_key)
     p = sub.add_parser(
         "bench",

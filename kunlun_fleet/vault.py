@@ -10,14 +10,41 @@ decrypts a vaulted value when it is first used.
 
 Roles read ``vault_kunlun_api_key`` (serve, gateway, acceptance) and never log it.
 Nothing here prints the key unless asked to with ``show_api_key``.
+
+Client keys, one per team (docs/gateway.md "Client keys"), in the same file:
+
+  vault_kunlun_client_keys:
+    team-a: !vault |
+      $ANSIBLE_VAULT;1.1;AES256
+      ...
+
+each value encrypted on its own. add/revoke/rotate rewrite that block only: every other
+line of vault.yml stays as it was (checked after each edit, before the file is replaced).
+The gateway role makes HAProxy's key map of them (roles/gateway/tasks/client_maps.yml).
 """
 
+import datetime
+import hashlib
+import json
 import os
+import re
 import secrets
 
 PASSWORD_FILE = ".vault-password"
 VAULT_FILE = os.path.join("group_vars", "all", "vault.yml")
 KEY_VAR = "vault_kunlun_api_key"
+CLIENTS_VAR = "vault_kunlun_client_keys"
+# The record of the last `kunlun-fleet api-key apply` (client name -> fingerprint), beside the
+# password file; a dot file, so neither Ansible's inventory nor the masker reads it.
+APPLIED_FILE = ".api-keys-applied.json"
+# As plugins/filter/gateway_clients.py (the role refuses what this refuses).
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+NAME_RULE = "lowercase letters, digits, - and _, starting with a letter or digit, at most 63 characters"
+FLEET = "fleet"
+
+
+class Refused(Exception):
+    """A change refused before anything was written; the message names the fix."""
 
 
 def paths(inventory_dir):
@@ -95,3 +122,252 @@ def vault_env(inventory_dir, env=None):
     if "ANSIBLE_VAULT_PASSWORD_FILE" not in env and os.path.exists(pw_path):
         env["ANSIBLE_VAULT_PASSWORD_FILE"] = os.path.abspath(pw_path)
     return env
+
+
+# ---------------------------------------------------------------- client keys
+
+
+class _Vaulted(str):
+    """An inline !vault value, as its ciphertext."""
+
+
+def _loader():
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_constructor("!vault", lambda loader, node: _Vaulted(loader.construct_scalar(node)))
+    return Loader
+
+
+def _open(inventory_dir, password_file=None):
+    """(vault password, vault.yml's path, its text, its data with !vault values as ciphertext);
+    refused when either file is missing or the password does not open the fleet key."""
+    import yaml
+
+    default_pw, vault_path = paths(inventory_dir)
+    pw_path = password_file or default_pw
+    if not os.path.exists(vault_path):
+        raise Refused(
+            "%s does not exist: the inventory has no fleet key yet. Fix: `kunlun-fleet api-key -i %s` makes it "
+            "(or `add NAME` makes both)" % (vault_path, inventory_dir)
+        )
+    if not os.path.exists(pw_path):
+        raise Refused(
+            "%s exists but its vault password file %s does not: give it with --vault-password-file (or put it back)"
+            % (vault_path, pw_path)
+        )
+    password = open(pw_path).read().strip()
+    text = open(vault_path).read()
+    if text.lstrip().startswith("$ANSIBLE_VAULT"):
+        raise Refused(
+            "%s is encrypted as a whole; kunlun-fleet keeps its values encrypted one by one (as `ansible-vault "
+            "encrypt_string` writes them). Fix: `ansible-vault decrypt %s`, then encrypt each secret value with "
+            "`ansible-vault encrypt_string`, and run this again" % (vault_path, vault_path)
+        )
+    try:
+        data = yaml.load(text, Loader=_loader()) or {}
+    except yaml.YAMLError as exc:
+        raise Refused("%s is not YAML that can be edited (%s): fix it by hand first" % (vault_path, exc)) from None
+    if not isinstance(data, dict):
+        raise Refused("%s is not a mapping of variables: fix it by hand first" % vault_path)
+    if not isinstance(data.get(KEY_VAR), str):
+        raise Refused(
+            "%s holds no %s. Fix: `kunlun-fleet api-key -i %s` makes the fleet key"
+            % (vault_path, KEY_VAR, inventory_dir)
+        )
+    clients = data.get(CLIENTS_VAR)
+    if clients is None:
+        data[CLIENTS_VAR] = clients = {}
+    if not isinstance(clients, dict) or any(not isinstance(v, _Vaulted) for v in clients.values()):
+        raise Refused(
+            "%s's %s is not a mapping of client name to a !vault value: fix it by hand (or remove it) first"
+            % (vault_path, CLIENTS_VAR)
+        )
+    try:
+        _vault(password).decrypt(data[KEY_VAR].encode())
+    except Exception:
+        raise Refused(
+            "the vault password in %s does not open %s's %s: give the right one with --vault-password-file"
+            % (pw_path, vault_path, KEY_VAR)
+        ) from None
+    return password, vault_path, text, data
+
+
+def _check_name(name, verb):
+    if name == FLEET:
+        raise Refused(
+            "'fleet' is the fleet key's own name (vault_kunlun_api_key, the key the workers check and the product's "
+            "own clients use): it is not %s here. Choose another name for a team" % verb
+        )
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise Refused("%r is not a client name: %s (for example team-a)" % (name, NAME_RULE))
+
+
+def _block(clients):
+    """vault.yml's lines for the client keys, {name: ciphertext}."""
+    if not clients:
+        return ["%s: {}" % CLIENTS_VAR]
+    lines = ["%s:" % CLIENTS_VAR]
+    for name in sorted(clients):
+        lines.append("  %s: !vault |" % name)
+        lines.extend("    %s" % line for line in str(clients[name]).strip().splitlines())
+    return lines
+
+
+def _write_clients(inventory_dir, vault_path, text, data, clients):
+    """vault.yml with its client block replaced by `clients` ({name: ciphertext}), every
+    other line as it was; checked by reading it back before it replaces the file."""
+    import yaml
+
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if re.match(r"^%s\s*:" % CLIENTS_VAR, line)), None)
+    block = _block(clients)
+    if start is None:
+        while lines and not lines[-1].strip():
+            lines.pop()
+        lines += [
+            "# Client keys, one per team (kunlun-fleet api-key -i INV add|revoke|rotate NAME, list): the gateway",
+            '# accepts each and sends the workers the fleet key in its place (docs/gateway.md "Client keys").',
+        ] + block
+    else:
+        end = start + 1
+        while end < len(lines) and lines[end][:1] in (" ", "\t"):
+            end += 1
+        lines[start:end] = block
+    new_text = "\n".join(lines) + "\n"
+    try:
+        after = yaml.load(new_text, Loader=_loader()) or {}
+    except yaml.YAMLError as exc:
+        after = {"<unreadable>": str(exc)}
+    expected = dict(data, **{CLIENTS_VAR: dict(clients)})
+    if after != expected or sorted(after.get(CLIENTS_VAR) or {}) != sorted(clients):
+        raise Refused(
+            "%s could not be edited safely (its %s block is not as kunlun-fleet writes it, or the file ends in a way "
+            "that an appended block would change): nothing was written. Fix: put %s in its own block at the end of "
+            "the file, each value a !vault, and run this again" % (vault_path, CLIENTS_VAR, CLIENTS_VAR)
+        )
+    _write_private(vault_path, new_text.encode())
+
+
+def client_names(inventory_dir, password_file=None):
+    """The client names of vault.yml, sorted (the fleet key's own "fleet" not among them)."""
+    return sorted(_open(inventory_dir, password_file)[3][CLIENTS_VAR])
+
+
+def _no_such(inventory_dir, name, clients):
+    return Refused(
+        "no client %r in %s (the clients: %s). `kunlun-fleet api-key -i %s list` lists them"
+        % (name, paths(inventory_dir)[1], ", ".join(sorted(clients)) or "none", inventory_dir)
+    )
+
+
+def read_client_key(inventory_dir, name, password_file=None):
+    """A client's key, decrypted (`api-key show NAME`; "fleet" is the fleet key)."""
+    password, _, _, data = _open(inventory_dir, password_file)
+    if name == FLEET:
+        return _vault(password).decrypt(data[KEY_VAR].encode()).decode()
+    clients = data[CLIENTS_VAR]
+    if name not in clients:
+        raise _no_such(inventory_dir, name, clients)
+    return _vault(password).decrypt(clients[name].encode()).decode()
+
+
+def _new_key(password):
+    key = "kf-" + secrets.token_urlsafe(32)
+    return key, _Vaulted(_vault(password).encrypt(key.encode()).decode())
+
+
+def add_client_key(inventory_dir, name, password_file=None):
+    """A new random key for a new client, encrypted into vault.yml; returns the key (for the
+    one print the operator hands over). Refused for an existing or a bad name."""
+    _check_name(name, "added")
+    password, vault_path, text, data = _open(inventory_dir, password_file)
+    clients = dict(data[CLIENTS_VAR])
+    if name in clients:
+        raise Refused(
+            "client %r has a key already: `kunlun-fleet api-key -i %s rotate %s` makes it a new one, `show %s` "
+            "prints the one it has" % (name, inventory_dir, name, name)
+        )
+    key, clients[name] = _new_key(password)
+    _write_clients(inventory_dir, vault_path, text, data, clients)
+    return key
+
+
+def revoke_client_key(inventory_dir, name, password_file=None):
+    """Removes a client's key from vault.yml. Refused for an unknown name."""
+    _check_name(name, "revoked")
+    _, vault_path, text, data = _open(inventory_dir, password_file)
+    clients = dict(data[CLIENTS_VAR])
+    if name not in clients:
+        raise _no_such(inventory_dir, name, clients)
+    del clients[name]
+    _write_clients(inventory_dir, vault_path, text, data, clients)
+
+
+def rotate_client_key(inventory_dir, name, password_file=None):
+    """A new key for an existing client in place of its old one; returns the new key."""
+    _check_name(name, "rotated")
+    password, vault_path, text, data = _open(inventory_dir, password_file)
+    clients = dict(data[CLIENTS_VAR])
+    if name not in clients:
+        raise _no_such(inventory_dir, name, clients)
+    key, clients[name] = _new_key(password)
+    _write_clients(inventory_dir, vault_path, text, data, clients)
+    return key
+
+
+def _fingerprint(key):
+    """A short digest of a key: tells a rotated key from the applied one, reveals nothing of
+    it (the keys are 256 random bits)."""
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def client_fingerprints(inventory_dir, password_file=None):
+    """{name: fingerprint} of every client key in vault.yml, the fleet key as "fleet"."""
+    password, _, _, data = _open(inventory_dir, password_file)
+    vlib = _vault(password)
+    found = {FLEET: _fingerprint(vlib.decrypt(data[KEY_VAR].encode()).decode())}
+    for name, ciphertext in data[CLIENTS_VAR].items():
+        found[name] = _fingerprint(vlib.decrypt(ciphertext.encode()).decode())
+    return found
+
+
+def record_applied(inventory_dir, fingerprints):
+    """The client keys the last successful `api-key apply` put on the gateways."""
+    record = {
+        "applied_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "clients": fingerprints,
+    }
+    _write_private(os.path.join(inventory_dir, APPLIED_FILE), (json.dumps(record, indent=1) + "\n").encode())
+
+
+def applied_record(inventory_dir):
+    """The record of the last `api-key apply` ({applied_at, clients}), or None."""
+    try:
+        with open(os.path.join(inventory_dir, APPLIED_FILE)) as handle:
+            record = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("clients"), dict) else None
+
+
+def client_states(inventory_dir, password_file=None):
+    """[(name, state)] for the fleet and every client, and the clients the last apply had
+    that the vault no longer holds: "applied", "added", "rotated", "revoked" (the last three
+    not applied yet: `api-key apply`)."""
+    now = client_fingerprints(inventory_dir, password_file)
+    record = applied_record(inventory_dir)
+    before = record["clients"] if record else {}
+    states = []
+    for name in sorted(set(now) | set(before), key=lambda n: (n != FLEET, n)):
+        if name not in now:
+            states.append((name, "revoked"))
+        elif name not in before:
+            states.append((name, "added"))
+        elif before[name] != now[name]:
+            states.append((name, "rotated"))
+        else:
+            states.append((name, "applied"))
+    return states

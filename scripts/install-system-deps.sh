@@ -6,9 +6,12 @@
 # new machine failed them before sim-up had run), so it is here as well. tests/suites.py checks the rest
 # before it runs anything and says what is missing. gnupg: the signed apt repository of the
 # engine's docker-repo test. chromium: the bench report's page check
-# (tests/bench/test_bench_page.py opens report.html headless and screenshots it).
+# (tests/bench/test_bench_page.py opens report.html headless and screenshots it). haproxy:
+# the gateway's client keys in Debian's HAProxy, the one the gateway role installs
+# (tests/unit/test_gateway_clients_haproxy.py starts its own on loopback ports); the service
+# the package starts is stopped and disabled below, nothing on the controller needs it.
 set -euo pipefail
-want=(xfsprogs rsync acl attr util-linux e2fsprogs kmod chromium gnupg debootstrap)
+want=(xfsprogs rsync acl attr util-linux e2fsprogs kmod chromium gnupg debootstrap haproxy)
 missing=()
 for pkg in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
@@ -17,6 +20,9 @@ if ((${#missing[@]})); then
   echo "installing: ${missing[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  if [[ " ${missing[*]} " == *" haproxy "* ]] && [[ -d /run/systemd/system ]]; then
+    systemctl disable --now haproxy.service
+  fi
 fi
 # XFS: built into some kernels, a module in others (this machine's kernel has no modules).
 if ! grep -qw xfs /proc/filesystems; then

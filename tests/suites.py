@@ -354,6 +354,7 @@ def machine_problems():
         ("getfattr", "attr"),
         ("mkfs.ext4", "e2fsprogs"),
         ("debootstrap", "debootstrap"),
+        ("haproxy", "haproxy"),
     ):
         if not shutil.which(tool):
             problems.append("no %s: apt-get install %s" % (tool, package))
