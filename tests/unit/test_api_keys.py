@@ -236,7 +236,7 @@ def cli(checkout, *args):
     )
 
 
-def test_the_cli_prints_a_key_only_once_when_made_and_applies_each_change(checkout):
+def test_the_cli_prints_a_key_only_once_when_made_and_tries_to_apply_each_change(checkout):
     inv, outputs = str(checkout["inv"]), []
 
     def run(*args, rc=0):
@@ -245,36 +245,41 @@ def test_the_cli_prints_a_key_only_once_when_made_and_applies_each_change(checko
         assert proc.returncode == rc, (args, proc.stdout[-3000:], proc.stderr[-3000:])
         return proc
 
-    # A proxy the gateway stage has not configured for client keys yet: the apply leaves it
-    # alone and says so (the run is real: every task of the clients entry point but the maps).
+    # A proxy the gateway stage has not configured for client keys yet: the apply fails there
+    # with the fix, changing nothing (a real run of the clients entry point up to that check;
+    # a real apply's reload needs systemd and HAProxy: tests/unit/test_gateway_clients_haproxy.py
+    # has HAProxy's side).
     (checkout["proxy"] / "haproxy.cfg").write_text("global\n")
-    added = run("add", "team-a")
+    added = run("add", "team-a", rc=2)
     key_a = vault.read_client_key(inv, "team-a")
     assert added.stdout == key_a + "\n"
-    assert "printed this once" in added.stderr and "does not read client keys" in added.stderr
-    assert "applied: every gateway has the client keys" in added.stderr
+    assert "printed this once" in added.stderr and "made the fleet's API key first" in added.stderr
+    assert "does not read client keys: the gateway stage has not" in added.stderr
+    assert "not applied on every gateway (exit code 2" in added.stderr and "api-key -i %s apply" % inv in added.stderr
+    assert not list(checkout["proxy"].glob("*.map"))
     fleet = vault.read_api_key(inv)
-    assert "made the fleet's API key first" in added.stderr
-
-    listed = run("list")
-    assert listed.stdout.split("\n")[:2] == [
-        "fleet   the fleet key: the workers' own, always accepted",
-        "team-a  applied",
+    assert run("list").stdout.splitlines() == [
+        "fleet   the fleet key: the workers' own, always accepted (not applied by `api-key apply` yet)",
+        "team-a  added, not applied yet (the gateways refuse it until `apply`)",
     ]
     key_b = run("add", "team-b", "--no-apply").stdout.strip()
     assert key_b == vault.read_client_key(inv, "team-b")
-    assert "team-b  added, not applied yet" in run("list").stdout
-    rotated = run("rotate", "team-a")
+    # As a successful apply leaves it (kunlun_fleet/cli.py records it after rc 0).
+    vault.record_applied(inv, vault.client_fingerprints(inv))
+    assert [line.split()[:2] for line in run("list").stdout.splitlines()] == [
+        ["fleet", "the"],
+        ["team-a", "applied"],
+        ["team-b", "applied"],
+    ]
+    rotated = run("rotate", "team-a", rc=2)
     key_a2 = rotated.stdout.strip()
     assert key_a2 == vault.read_client_key(inv, "team-a") != key_a
-    assert "applied: every gateway" in rotated.stderr
     run("revoke", "team-b", "--no-apply")
-    assert "team-b  revoked, not applied yet" in run("list").stdout
-    run("apply")
-    assert run("list").stdout.splitlines() == [
-        "fleet   the fleet key: the workers' own, always accepted",
-        "team-a  applied",
+    assert run("list").stdout.splitlines()[1:] == [
+        "team-a  rotated, not applied yet (the gateways accept the old key until `apply`)",
+        "team-b  revoked, not applied yet (the gateways accept it until `apply`)",
     ]
+    run("apply", rc=2)
     # refusals: exit code 3, nothing changed, no key
     before = text_of(inv)
     run("add", "team-a", rc=3)
