@@ -297,7 +297,8 @@ def test_drain_out_of_time_fails_naming_the_worker_and_the_fix(router):
     assert "gateway_drain_timeout" in msg and "gateway_drain_timeout_fails: false" in msg
     # It was taken out before the wait: the failure reports the change.
     assert result["changed"] is True and router.urls == [W1]
-    assert router.metric_reads >= 5 and result["drain_waited_s"] >= 1
+    # It waited, reading the gauge again (how often depends on the machine's load: not counted).
+    assert router.metric_reads >= 2 and result["drain_waited_s"] >= 1
 
 
 def test_drain_out_of_time_warns_and_goes_on_when_it_may(router):
