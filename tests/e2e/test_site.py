@@ -273,7 +273,16 @@ def converged_runs(first_run, ee_image, tmp_path_factory):
     # The builder's clock before both runs: its registry's log since then (read below).
     stamp = ssh(1, "date '+%Y-%m-%d %H:%M:%S'").stdout.strip()
     time.sleep(1)
-    started = int(time.time())
+    # The engine's events, followed live from before the run (its history is a short ring
+    # buffer that the other lanes' containers overwrite within minutes).
+    events = subprocess.Popen(
+        ["docker", "events", "--filter", "type=container", "--filter", "event=start", "--filter", "image=" + ee_image]
+        + ["--format", "{{.Actor.Attributes.name}}"],
+        env=ee.docker_env(),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     procs = {
         "second": subprocess.Popen(
             ee_cmd, cwd=ROOT, env=ee.docker_env() | env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
@@ -291,19 +300,12 @@ def converged_runs(first_run, ee_image, tmp_path_factory):
     # ansible-runner marks each event in a container's output with an erased escape
     # sequence (invisible on a terminal): gone, the text is ansible-playbook's.
     outs["second"] = ee.plain_output(outs["second"])
-    events = subprocess.run(
-        ["docker", "events", "--since", str(started), "--until", str(int(time.time()) + 1)]
-        + ["--filter", "type=container", "--filter", "event=start", "--filter", "image=" + ee_image]
-        + ["--format", "{{.Actor.Attributes.name}}"],
-        env=ee.docker_env(),
-        text=True,
-        capture_output=True,
-        timeout=60,
-    )
+    events.terminate()
+    started_containers = events.communicate(timeout=60)[0].split()
     keep("e2e-second-run.log", outs["second"])
     keep("e2e-check-converged.log", outs["check"])
     found = {name: (procs[name].returncode, outs[name]) for name in procs}
-    found["ee_image"], found["ee_containers"] = ee_image, events.stdout.split()
+    found["ee_image"], found["ee_containers"] = ee_image, started_containers
     found["registry_log"] = ssh(1, "journalctl -u kunlun-registry --since '%s' --no-pager -o cat" % stamp).stdout
     return found
 
