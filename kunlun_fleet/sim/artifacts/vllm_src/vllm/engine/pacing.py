@@ -30,13 +30,40 @@ Environment (read once at start):
     KUNLUN_SIM_PEAK_TOKENS_PER_SECOND     decode-only aggregate at 256 running (4850)
     KUNLUN_SIM_PREFILL_TOKENS_PER_SECOND  prefill rate (9700)
     KUNLUN_SIM_KV_CACHE_TOKENS            KV cache capacity in tokens, for kv_cache_usage_perc
+    KUNLUN_SIM_ENGINE_FAULT_FILE          the engine-fault file (below; /tmp/kunlun-sim-engine-fault)
+
+Engine faults (switched at run time, for the gateway's engine watchdog; EngineFault): the
+engine stats the fault file at most once a second, at a step's start, and reads it again
+when its mtime, size or inode changed. Absent or empty (blank): normal. Its first line:
+
+    stall                 the engine core hangs before its next step (as in a device call
+                          or a collective): nothing is scheduled, no token, no admission,
+                          no finish; the HTTP layer still accepts requests, which wait;
+                          /health, /v1/models and /metrics answer; the scheduler's gauges
+                          and the token and request counters stay at their last values
+                          (vLLM sets them from the EngineCore's per-step stats).
+    slow [SINGLE PEAK]    the sampler on the CPU: one stream alone decodes SINGLE tok/s and
+                          the decode-only aggregate tends to PEAK tok/s at any batch size,
+                          never above max(SINGLE, PEAK) (default 32 and 32: the notes'
+                          measured figure). Step time t1 + k (B - 1) with t1 = 1/SINGLE and
+                          k = 1/PEAK (PEAK below SINGLE counts as SINGLE): aggregate
+                          B / (t1 + k (B - 1)) goes from SINGLE at B = 1 to PEAK as B grows
+                          (k = t1 for PEAK == SINGLE: flat at PEAK). Prefill as normal.
+
+Anything else: one warning naming the file and the accepted values, and normal running.
+Removing the file (or emptying it) resumes: what waited goes on as normal.
 """
 
 import asyncio
 import collections
 import hashlib
+import logging
 import os
 import time
+
+# vllm.logger's handler sits on the "vllm" logger (the server sets it up); only the standard
+# library here: tools load this file on its own (kunlun_fleet/sim/artifacts/model.py).
+logger = logging.getLogger("vllm.engine.pacing")
 
 WORDS = (
     "the model answers with tokens from a fixed list of plain english words so that every "
@@ -70,8 +97,89 @@ class Pacing:
         self.k = max((256.0 / peak - self.t1) / 255.0, 0.0)
         self.p = 1.0 / prefill
 
+    @classmethod
+    def capped(cls, single: float, peak: float, prefill_s_per_token: float) -> "Pacing":
+        """The `slow` fault's pacing: one stream SINGLE tok/s, the decode-only aggregate
+        B / step(B) rising to PEAK tok/s as B grows (k = 1/PEAK), prefill unchanged."""
+        pacing = cls.__new__(cls)
+        pacing.t1 = 1.0 / single
+        pacing.k = 1.0 / max(peak, single)
+        pacing.p = prefill_s_per_token
+        return pacing
+
     def step_time(self, running: int, prefill_tokens: int) -> float:
         return self.t1 + self.k * max(running - 1, 0) + self.p * prefill_tokens
+
+
+DEFAULT_FAULT_FILE = "/tmp/kunlun-sim-engine-fault"
+SLOW_TOKENS_PER_SECOND = 32.0  # the deployment notes: a sampler on the CPU held 32 tok/s
+FAULT_VALUES = "'stall', 'slow' or 'slow SINGLE PEAK' (tok/s), empty or absent for normal"
+
+
+class EngineFault:
+    """The fault file, looked at no more than once a second (one stat; read when changed)."""
+
+    def __init__(self, normal: Pacing):
+        self.path = os.environ.get("KUNLUN_SIM_ENGINE_FAULT_FILE") or DEFAULT_FAULT_FILE
+        self.normal = normal
+        self.pacing = normal
+        self.stalled = False
+        self.next_check = 0.0
+        self.signature = None
+
+    def poll(self, now: float) -> None:
+        """Call with a monotonic clock; checks the file when a second has passed."""
+        if now < self.next_check:
+            return
+        self.next_check = now + 1.0
+        try:
+            st = os.stat(self.path)
+            signature = (st.st_mtime_ns, st.st_size, st.st_ino)
+        except OSError:
+            signature = None
+        if signature == self.signature:
+            return
+        self.signature = signature
+        text = ""
+        if signature is not None:
+            try:
+                with open(self.path, encoding="utf-8", errors="replace") as fh:
+                    text = fh.read(4096)
+            except OSError:
+                text = ""
+        self.apply(text)
+
+    def apply(self, text: str) -> None:
+        words = text.strip().split("\n", 1)[0].split() if text.strip() else []
+        stalled, pacing = False, self.normal
+        if not words:
+            pass
+        elif words == ["stall"]:
+            stalled = True
+        elif words[0] == "slow" and len(words) in (1, 3):
+            rates = [SLOW_TOKENS_PER_SECOND, SLOW_TOKENS_PER_SECOND]
+            if len(words) == 3:
+                try:
+                    rates = [float(w) for w in words[1:]]
+                except ValueError:
+                    rates = None
+            if rates is None or not all(0 < r < float("inf") for r in rates):
+                self.warn(text)
+            else:
+                pacing = Pacing.capped(rates[0], rates[1], self.normal.p)
+        else:
+            self.warn(text)
+        if (stalled, pacing) != (self.stalled, self.pacing):
+            logger.debug("Engine fault from %s: %s", self.path, " ".join(words) or "none")
+        self.stalled, self.pacing = stalled, pacing
+
+    def warn(self, text: str) -> None:
+        logger.warning(
+            "Engine fault file %s holds %r: not a fault; accepted: %s. Running normally.",
+            self.path,
+            text.strip()[:200],
+            FAULT_VALUES,
+        )
 
 
 class Sequence:
@@ -106,7 +214,7 @@ class Engine:
     def __init__(self, max_num_seqs: int, metrics, max_num_batched_tokens: int = 8192):
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max(max_num_batched_tokens, max_num_seqs)
-        self.pacing = Pacing()
+        self.fault = EngineFault(Pacing())
         self.metrics = metrics
         self.running = []
         self.waiting = collections.deque()
@@ -124,7 +232,8 @@ class Engine:
             return
         self.waiting.append(seq)
         self.wake.set()
-        self.metrics.set_queue(len(self.running), len(self.waiting))
+        if not self.fault.stalled:  # a hung core sends no stats: the gauges keep their values
+            self.metrics.set_queue(len(self.running), len(self.waiting))
 
     def abort(self, request_id: str) -> None:
         for seq in list(self.waiting) + self.running:
@@ -143,6 +252,13 @@ class Engine:
                 deadline = None
                 self.wake.clear()
                 await self.wake.wait()
+                continue
+            self.fault.poll(loop.time())
+            if self.fault.stalled:
+                # Hung before the step: nothing scheduled, emitted or counted until the
+                # file says otherwise (looked at once a second).
+                deadline = None
+                await asyncio.sleep(max(self.fault.next_check - loop.time(), 0.01))
                 continue
             # Token budget of one step (chunked prefill): one token per decoding sequence,
             # the rest goes to prompts being prefilled, oldest first; new requests are
@@ -180,7 +296,7 @@ class Engine:
             if not self.running:
                 continue
             start = loop.time()
-            dt = self.pacing.step_time(len(decoding), prefill)
+            dt = self.fault.pacing.step_time(len(decoding), prefill)
             if deadline is None or deadline < start - dt:
                 deadline = start
             deadline += dt

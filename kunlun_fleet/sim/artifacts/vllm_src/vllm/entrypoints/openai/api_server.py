@@ -607,24 +607,31 @@ class Server:
 
     # ---------------------------------------------------------------- stats log
     async def log_stats(self):
+        """vllm 0.15.1's LoggingStatLogger.log every 10 s (VLLM_LOG_STATS_INTERVAL;
+        v1/metrics/loggers.py): at INFO unless this interval's and the last interval's
+        throughputs are all 0 (engine_is_idle: DEBUG), so a stalled engine logs one line
+        of 0.0 tokens/s, then nothing, whatever its running and waiting counts."""
         last_prompt, last_gen, last = 0, 0, time.monotonic()
+        last_rates = (0.0, 0.0)
         while True:
             await asyncio.sleep(10)
             now = time.monotonic()
             m = self.metrics
             dp, dg = m.prompt_tokens - last_prompt, m.generation_tokens - last_gen
-            if dp or dg or m.running or m.waiting:
-                logger.info(
-                    "Engine 000: Avg prompt throughput: %.1f tokens/s, Avg generation "
-                    "throughput: %.1f tokens/s, Running: %d reqs, Waiting: %d reqs, GPU KV "
-                    "cache usage: %.1f%%, Prefix cache hit rate: %.1f%%",
-                    dp / (now - last),
-                    dg / (now - last),
-                    m.running,
-                    m.waiting,
-                    m.kv * 100,
-                    0.0,
-                )
+            rates = (dp / (now - last), dg / (now - last))
+            log_fn = logger.info if any(rates + last_rates) else logger.debug
+            last_rates = rates
+            log_fn(
+                "Engine 000: Avg prompt throughput: %.1f tokens/s, Avg generation "
+                "throughput: %.1f tokens/s, Running: %d reqs, Waiting: %d reqs, GPU KV "
+                "cache usage: %.1f%%, Prefix cache hit rate: %.1f%%",
+                rates[0],
+                rates[1],
+                m.running,
+                m.waiting,
+                m.kv * 100,
+                0.0,
+            )
             last_prompt, last_gen, last = m.prompt_tokens, m.generation_tokens, now
 
 
