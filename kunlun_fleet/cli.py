@@ -23,6 +23,7 @@ a live view or ansible-playbook's output, a report per run, exit codes (docs/cli
   kunlun-fleet api-key -i INVENTORY [--show]                 make the fleet's API key once (ansible-vault)
   kunlun-fleet api-key -i INVENTORY add|revoke|rotate NAME [--no-apply] | list | apply | show NAME
                                                              the teams' client keys, checked by the gateway
+  kunlun-fleet watchdog -i INVENTORY release HOST            let a quarantined host back (readiness and a figure decide)
   kunlun-fleet bench -i INVENTORY [--concurrency 1,64,...] [--duration S | --requests N] [--check]
                                                              playbooks/bench.yml: load sweep and report
   kunlun-fleet plan [--concurrency N] [--output-tok-s T] [--ttft-p99 2s] [--results FILE]
@@ -319,6 +320,27 @@ def _int_list(text):
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError("concurrency values must be 1 or more, got %r" % text)
     return values
+
+
+def cmd_watchdog(ns):
+    """playbooks/watchdog_release.yml through the runner: the release request on every gateway."""
+    from kunlun_fleet import runner
+
+    rc = runner.run_playbook(
+        "watchdog",
+        "playbooks/watchdog_release.yml",
+        ["-e", "watchdog_release_host=%s" % ns.host],
+        inventory=ns.inventory,
+        output=_output(ns),
+        argv=_argv(ns),
+        label="watchdog",
+    )
+    if rc == runner.OK:
+        print(
+            "asked: every gateway's watchdog judges %s at its next round (readiness, then a single stream at the "
+            "re-admission figure); `kunlun-fleet status -i %s` shows the outcome" % (ns.host, ns.inventory)
+        )
+    return rc
 
 
 def cmd_bench(ns, rest):
@@ -619,6 +641,20 @@ def build_parser():
     p.add_argument("--no-apply", action="store_true", help="change the vault only; `apply` later")
     p.add_argument("--plain", action="store_true", help="ansible-playbook's own output for the apply")
     p.set_defaults(func=cmd_api_key)
+    p = sub.add_parser(
+        "watchdog",
+        help="the engine watchdog on the gateways: release a quarantined host",
+        allow_abbrev=False,
+        epilog="release writes a request on every gateway (playbooks/watchdog_release.yml); the watchdog re-admits "
+        "the host at its next round only if readiness and the single-stream figure pass (docs/gateway.md "
+        "\"Watchdog\")",
+    )
+    p.add_argument("-i", "--inventory", required=True, help="the inventory directory")
+    p.add_argument("action", choices=["release"])
+    p.add_argument("host", metavar="HOST", help="the serving host's inventory name")
+    p.add_argument("--plain", action="store_true", help="ansible-playbook's own output")
+    p.add_argument("--json", action="store_true", help="the run's events as JSON lines")
+    p.set_defaults(func=cmd_watchdog)
     p = sub.add_parser(
         "bench",
         help="the load sweep, counters and report (playbooks/bench.yml; loads the fleet)",

@@ -184,8 +184,9 @@ def run_server_once(args, env, timeout=30, python=None):
 
 
 class Server:
-    def __init__(self, args, env, log_path: Path, python=None):
-        self.port = free_port()
+    def __init__(self, args, env, log_path: Path, python=None, port=None):
+        # port: a restart of a server at the address it had (a worker the gateway knows).
+        self.port = port or free_port()
         self.log_path = log_path
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(
