@@ -244,6 +244,9 @@ BACKGROUND = [
         timeout=1200,
     ),
     Suite("carry-over-local", "local-servers", ["tests/integration"]),
+    # The engine watchdog's script beside the real router over three stand-in servers: full
+    # load never judged, a stalled and a slow engine quarantined, re-admission, flapping.
+    Suite("watchdog-local", "local-servers", ["tests/gateway/test_watchdog_local.py"], timeout=900),
     # The stand-in vendor stack installed for real in a CPython 3.10 venv, and proved.
     Suite("standin-stack", "local-servers", ["tests/artifacts", "tests/unit"]),
     # A real image build on the sim fleet's engine (no sim host; sim-kit starts the engine).
