@@ -408,6 +408,8 @@ def test_what_runs_on_each_host():
             trust_as_template("{{ %s }}" % wait["until"])
         )
         found[host] = (copied, removed, ready)
+        if host == "gw-01":
+            (gateway_unit,) = [u for u in units["monitoring_units"] if u["name"] == "kunlun-gateway-exporter"]
         assert all(Path(p).is_absolute() for p in removed)
     assert found["p800-a02"][0] == [
         ("kunlun-xpu-exporter", None),
@@ -424,6 +426,28 @@ def test_what_runs_on_each_host():
     ]
     assert found["gw-01"][1][0] == "/var/lib/prometheus/node-exporter/kunlun_xpu.prom"
     assert found["gw-01"][2] is False, "the gateway exporter's own metric is awaited there"
+    # The gateway exporter also reads the engine watchdog's state file (monitoring_watchdog_state).
     # The certificate exporter runs everywhere (it exports only the files a host has).
     assert found["mon-01"][0] == [("kunlun-cert-exporter", None), ("kunlun_textfile.py", None)]
     assert len(found["mon-01"][1]) == 9 and found["mon-01"][2] is True
+    assert gateway_unit["args"][-1] == "--watchdog-state=/var/lib/kunlun-watchdog/state.json"
+
+
+@pytest.mark.parametrize(
+    "inventory, expected",
+    [
+        ({"gateway_watchdog_state_dir": "/srv/dog"}, "--watchdog-state=/srv/dog/state.json"),
+        # The watchdog turned off on the gateways: its state left behind is not read.
+        ({"gateway_watchdog_enabled": False}, "--watchdog-state="),
+        ({"monitoring_watchdog_enabled": False}, "--watchdog-state="),
+    ],
+)
+def test_the_gateway_exporter_follows_the_gateway_roles_watchdog(inventory, expected):
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+
+    (fact,) = [t["ansible.builtin.set_fact"] for t in tasks("exporters.yml") if "ansible.builtin.set_fact" in t]
+    variables = monitoring.role_variables(dict(INVENTORY, inventory_hostname="gw-01", **inventory))
+    units = Templar(loader=DataLoader(), variables=monitoring._trust(variables)).template(monitoring._trust(fact))
+    (gateway_unit,) = [u for u in units["monitoring_units"] if u["name"] == "kunlun-gateway-exporter"]
+    assert gateway_unit["args"][-1] == expected

@@ -31,9 +31,13 @@ ALERTS = {
     "KunlunDataVolumeNearlyFull",
     "KunlunCertificateExpiresSoon",
     "KunlunCertificateUnreadable",
+    # the engine watchdog's verdicts (kunlun-watchdog on the gateway hosts)
+    "KunlunWorkerQuarantined",
+    "KunlunWorkerQuarantineHeld",
     # what those rely on answering
     "KunlunGatewayDown",
     "KunlunNodeExporterDown",
+    "KunlunWatchdogNotRunning",
 }
 
 
@@ -105,6 +109,36 @@ def test_the_expressions_say_what_the_issue_asks(rules):
     assert expr["KunlunCertificateExpiresSoon"] == "kunlun_cert_not_after_timestamp_seconds - time() < 14 * 86400"
     assert durations["KunlunCertificateExpiresSoon"] == "1h"
     assert expr["KunlunCertificateUnreadable"] == "kunlun_cert_read_ok == 0"
+    # The watchdog's verdicts fire at once (it reached them over rounds of its own); a
+    # watchdog whose last round is older than 5 minutes, or whose state is unreadable, after 2m.
+    assert expr["KunlunWorkerQuarantined"] == "kunlun_watchdog_worker_quarantined == 1"
+    assert expr["KunlunWorkerQuarantineHeld"] == "kunlun_watchdog_worker_hold == 1"
+    assert durations["KunlunWorkerQuarantined"] is None and durations["KunlunWorkerQuarantineHeld"] is None
+    assert expr["KunlunWatchdogNotRunning"] == (
+        "(time() - kunlun_watchdog_last_round_timestamp_seconds) > 300 or kunlun_watchdog_state_readable == 0"
+    )
+    assert durations["KunlunWatchdogNotRunning"] == "2m"
+    # A quarantined worker is out on purpose: not KunlunHostOutOfGateway's (whose fix, adding
+    # it back by hand, would route to the stuck engine).
+    assert (
+        "unless on (worker) (max by (worker) (kunlun_watchdog_worker_quarantined) == 1)"
+        in (expr["KunlunHostOutOfGateway"])
+    )
+
+
+def test_the_watchdog_alerts_say_what_to_do(rules):
+    by_name = {rule["alert"]: rule for rule in rules}
+    for name in ("KunlunWorkerQuarantined", "KunlunWorkerQuarantineHeld"):
+        text = by_name[name]["annotations"]["description"]
+        for words in (
+            "kunlun-fleet status",
+            "kunlun-fleet support-bundle -i INV --limit {{ $labels.worker_host }}",
+            "playbooks/serve.yml --limit {{ $labels.worker_host }}",
+            "kunlun-fleet watchdog -i INV release {{ $labels.worker_host }}",
+            "/var/lib/kunlun-watchdog/release/{{ $labels.worker_host }} on every gateway",
+        ):
+            assert words in text, (name, words)
+    assert "{{ $labels.kind }}" in by_name["KunlunWorkerQuarantined"]["annotations"]["summary"]
 
 
 def test_thresholds_are_the_role_variables():
@@ -121,6 +155,9 @@ def test_thresholds_are_the_role_variables():
                     "monitoring_alert_data_mountpoint": "/data",
                     "monitoring_alert_waiting_requests": 7,
                     "monitoring_alert_exporter_stale_seconds": 120,
+                    "monitoring_alert_watchdog_stale_seconds": 90,
+                    "monitoring_alert_watchdog_down_for": "30s",
+                    "gateway_watchdog_state_dir": "/srv/watchdog",
                 }
             )
         )
@@ -134,6 +171,10 @@ def test_thresholds_are_the_role_variables():
     assert 'mountpoint="/data"' in rules["KunlunDataVolumeNearlyFull"]["expr"]
     assert "> 7)" in rules["KunlunRequestsWaitingGrowing"]["expr"]
     assert "> 120" in rules["KunlunXpuExporterDown"]["expr"] and "> 120" in rules["KunlunGatewayDown"]["expr"]
+    assert "> 90" in rules["KunlunWatchdogNotRunning"]["expr"] and rules["KunlunWatchdogNotRunning"]["for"] == "30s"
+    # The state and release files where the gateway role's watchdog keeps them.
+    assert "/srv/watchdog/release/" in rules["KunlunWorkerQuarantined"]["annotations"]["description"]
+    assert "(/srv/watchdog/state.json)" in rules["KunlunWatchdogNotRunning"]["annotations"]["description"]
 
 
 def _unit_test_dir(tmp_path, rendered):

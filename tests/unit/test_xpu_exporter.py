@@ -3,8 +3,8 @@ installs them: kunlun-xpu-exporter next to kunlun_textfile.py and a copy of the 
 module_utils/xpu_smi.py, against the hardware kit's xpu-smi stand-in
 (kunlun_fleet/sim/kit/xre/xpu-smi, its state and faults below $XRE_PREFIX:
 kunlun_fleet/sim/kit/XPU.md); kunlun-gateway-exporter against a stand-in router answering
-GET /workers. Each output is read by a strict parser of the exposition format and by
-`promtool check metrics`."""
+GET /workers and the engine watchdog's state files. Each output is read by a strict parser
+of the exposition format and by `promtool check metrics`."""
 
 import importlib.machinery
 import importlib.util
@@ -406,7 +406,9 @@ def router():
     server.server_close()
 
 
-def run_gateway_exporter(installed, out_dir, url):
+def run_gateway_exporter(installed, out_dir, url, watchdog_state=None):
+    """watchdog_state: the watchdog's state file (default one that does not exist, never
+    this machine's /var/lib/kunlun-watchdog/state.json)."""
     out_dir.mkdir(exist_ok=True)
     proc = subprocess.run(
         [
@@ -418,6 +420,8 @@ def run_gateway_exporter(installed, out_dir, url):
             str(out_dir),
             "--timeout",
             "2",
+            "--watchdog-state",
+            str(watchdog_state or out_dir.parent / "no-watchdog" / "state.json"),
         ],
         capture_output=True,
         text=True,
@@ -469,6 +473,155 @@ def test_gateway_exporter_router_not_listening(installed, tmp_path):
     assert fam["kunlun_gateway_router_up"]["samples"] == [({}, 0.0)]
     assert "worker=" not in text
     promtool_check(text)
+
+
+# ------------------------------------------------------------------ the watchdog's state (gateway exporter)
+WATCHDOG_STATE = {
+    "version": 1,
+    "updated": 1764866400.5,
+    "interval_s": 10,
+    "workers": {
+        "http://10.91.0.12:8000": {
+            "host": "kf-node-2",
+            "state": "quarantined",
+            "kind": "stuck",
+            "reason": "stuck: 2 rounds with requests running (3) and vllm:generation_tokens_total not moving",
+            "since": 1764866380.1,
+            "evidence": "/var/lib/kunlun-watchdog/evidence/kf-node-2-20261204T170000Z.tar.gz",
+            "hold": True,
+            "readmissions": [1764860000.0, 1764863000.0],
+            "decode_tok_s": None,
+            "fleet_decode_tok_s": 31.5,
+        },
+        "http://10.91.0.11:8000": {
+            "host": "kf-node-1",
+            "state": "serving",
+            "kind": "",
+            "reason": "",
+            "since": 1764866000.0,
+            "evidence": "",
+            "hold": False,
+            "readmissions": [],
+            "decode_tok_s": 30.9,
+            "fleet_decode_tok_s": 31.5,
+        },
+        "http://10.91.0.13:8000": {
+            "host": "kf-node-3",
+            "state": "suspect",
+            "kind": "slow",
+            "reason": "slow: 12.1 tok/s against the fleet's 31.5",
+            "since": 1764866390.0,
+            "evidence": "",
+            "hold": False,
+            "readmissions": [],
+            "decode_tok_s": 12.1,
+            "fleet_decode_tok_s": 31.5,
+        },
+    },
+}
+WATCHDOG_SERIES = {
+    "kunlun_watchdog_state_readable",
+    "kunlun_watchdog_last_round_timestamp_seconds",
+    "kunlun_watchdog_worker_quarantined",
+    "kunlun_watchdog_worker_hold",
+    "kunlun_watchdog_worker_decode_tokens_per_second",
+}
+
+
+def test_gateway_exporter_exports_the_watchdogs_verdicts(installed, router, tmp_path):
+    handler, url = router
+    handler.body = json.dumps({"workers": [{"url": "http://10.91.0.11:8000", "is_healthy": True}]}).encode()
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps(WATCHDOG_STATE))
+    proc, text, fam = run_gateway_exporter(installed, tmp_path / "out", url, state)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    promtool_check(text)
+    assert fam["kunlun_gateway_worker_healthy"]["samples"] == [({"worker": "http://10.91.0.11:8000"}, 1.0)]
+    assert fam["kunlun_watchdog_state_readable"]["samples"] == [({}, 1.0)]
+    assert fam["kunlun_watchdog_last_round_timestamp_seconds"]["samples"] == [({}, 1764866400.5)]
+    one, two, three = ({"worker": "http://10.91.0.1%d:8000" % i, "worker_host": "kf-node-%d" % i} for i in (1, 2, 3))
+    # Every worker of the file; kind only where the watchdog gives one (an empty label is none).
+    assert fam["kunlun_watchdog_worker_quarantined"]["samples"] == [
+        (one, 0.0),
+        (dict(two, kind="stuck"), 1.0),
+        (dict(three, kind="slow"), 0.0),
+    ]
+    assert fam["kunlun_watchdog_worker_hold"]["samples"] == [(one, 0.0), (two, 1.0), (three, 0.0)]
+    # No rate measured (null): no series, never a made-up 0.
+    assert fam["kunlun_watchdog_worker_decode_tokens_per_second"]["samples"] == [(one, 30.9), (three, 12.1)]
+    assert all(fam[name]["type"] == "gauge" for name in WATCHDOG_SERIES)
+
+
+def test_gateway_exporter_without_a_watchdog_exports_none_of_it(installed, router, tmp_path):
+    handler, url = router
+    handler.body = json.dumps({"workers": []}).encode()
+    proc, text, fam = run_gateway_exporter(installed, tmp_path / "out", url, tmp_path / "absent" / "state.json")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert not WATCHDOG_SERIES & set(fam) and "kunlun_watchdog" not in text
+
+
+def test_gateway_exporter_given_no_watchdog_state_reads_none(installed, router, tmp_path):
+    """--watchdog-state= (the watchdog turned off on this gateway): its state left behind
+    is not read."""
+    handler, url = router
+    handler.body = json.dumps({"workers": []}).encode()
+    (tmp_path / "state.json").write_text(json.dumps(WATCHDOG_STATE))
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.run(
+        [sys.executable, str(installed / "kunlun-gateway-exporter"), "--url", url, "--output-dir", str(out)]
+        + ["--watchdog-state="],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(tmp_path),
+    )
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    fam = parse_exposition((out / "kunlun_gateway.prom").read_text())
+    assert "kunlun_gateway_router_up" in fam and not WATCHDOG_SERIES & set(fam)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"{not json",
+        b"\xff\xfe",
+        b"[]",
+        json.dumps(dict(WATCHDOG_STATE, version=2)).encode(),
+        json.dumps(dict(WATCHDOG_STATE, updated="yesterday")).encode(),
+        json.dumps(dict(WATCHDOG_STATE, workers=[])).encode(),
+        json.dumps(dict(WATCHDOG_STATE, workers={"http://10.91.0.11:8000": {"host": "kf-node-1"}})).encode(),
+        None,  # a directory where the file should be: cannot be read
+    ],
+)
+def test_gateway_exporter_with_a_garbled_watchdog_state_says_it_unreadable(installed, router, tmp_path, content):
+    handler, url = router
+    handler.body = json.dumps({"workers": []}).encode()
+    state = tmp_path / "state.json"
+    if content is None:
+        state.mkdir()
+    else:
+        state.write_bytes(content)
+    proc, text, fam = run_gateway_exporter(installed, tmp_path / "out", url, state)
+    assert proc.returncode == 0
+    promtool_check(text)
+    assert fam["kunlun_watchdog_state_readable"]["samples"] == [({}, 0.0)]
+    assert WATCHDOG_SERIES & set(fam) == {"kunlun_watchdog_state_readable"}
+    assert "writing kunlun_watchdog_state_readable 0" in proc.stderr and str(state) in proc.stderr
+
+
+def test_gateway_exporter_exports_the_watchdog_while_the_router_is_down(installed, tmp_path):
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps(WATCHDOG_STATE))
+    proc, text, fam = run_gateway_exporter(installed, tmp_path / "out", "http://127.0.0.1:%d" % port, state)
+    assert fam["kunlun_gateway_router_up"]["samples"] == [({}, 0.0)] and "kunlun_gateway_workers" not in fam
+    assert fam["kunlun_watchdog_state_readable"]["samples"] == [({}, 1.0)]
+    assert len(fam["kunlun_watchdog_worker_quarantined"]["samples"]) == 3
 
 
 def test_the_driver_label_is_the_xre_release_on_a_build_printing_515_58(installed, kit, tmp_path):
