@@ -114,12 +114,12 @@ class Fleet:
             self.servers.append(self.start(i))
         for srv in self.servers:
             srv.wait_ready()
-        self.router_port, metrics_port = free_port(), free_port()
+        self.router_port, self.metrics_port = free_port(), free_port()
         self.router_url = "http://127.0.0.1:%d" % self.router_port
         self.router_log = open(tmp / "router.log", "w")
         self.router = subprocess.Popen(
             [str(router_bin), "--host", "127.0.0.1", "--port", str(self.router_port),
-             "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port),
+             "--prometheus-host", "127.0.0.1", "--prometheus-port", str(self.metrics_port),
              "--worker-urls", *[s.base for s in self.servers], "--policy", "power_of_two",
              "--api-key", API_KEY, "--health-check-interval-secs", "1",
              "--worker-startup-timeout-secs", "30", "--log-level", "warning"],
@@ -168,6 +168,7 @@ class Fleet:
         names += ["--worker", "%s=host-%d" % (self.servers[2].base, 2)]
         self.dog = subprocess.Popen(
             [sys.executable, str(WATCHDOG), "--router-url", self.router_url, "--state-dir", str(self.state_dir),
+             "--router-metrics-url", "http://127.0.0.1:%d/metrics" % self.metrics_port, "--idle-probe-interval", "3",
              "--interval", "1", "--probe-timeout", "2", "--stuck-rounds", "2", "--slow-rounds", "3",
              "--readmit-tokens", "32", "--readmit-min-tok-s", "50", "--flap-window", "600", *names, *extra],
             stdout=self.dog_log, stderr=subprocess.STDOUT,
