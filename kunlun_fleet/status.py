@@ -10,9 +10,11 @@ controller (the acceptance stage writes reports/acceptance.json on the controlle
 Health (health(): a pure function): a host is unhealthy when it is unreachable, its state
 could not be read, kunlun-serve is not active, it does not run the current serving image,
 fewer of its accelerators are ok than expected (or it has no driver facts), or - when the
-inventory has gateways - it is not in every gateway's worker list. Warnings (cards below
-full power, /home unreadable or nearly full, /metrics unreadable, a failed acceptance
-figure) are shown, never judged.
+inventory has gateways - it is not in every gateway's worker list, or a gateway's engine
+watchdog quarantined it (its state.json: the kind, stuck or slow, and the watchdog's
+reason; held when it flaps and waits for the operator). Warnings (cards below full power,
+/home unreadable or nearly full, /metrics unreadable, a failed acceptance figure, a host
+the watchdog suspects) are shown, never judged.
 
 --collect DIR (write_collection()): the same run also calls library/collect_outputs.py on each
 host (-e status_collect=true), which returns the raw outputs the product's parsers read, serials
@@ -32,6 +34,7 @@ import os
 import re
 import shlex
 import sys
+import time
 
 from kunlun_fleet import runner
 
@@ -62,12 +65,31 @@ COLUMNS = (
 def new_state():
     """What the events of a status run said: host_status results, unreachable and failed
     hosts, and the gateways' task results (None: the task did not run; []: no gateway)."""
-    return {"results": {}, "unreachable": {}, "failed": {}, "lists": None, "units": None, "alerts": None, "outputs": {}}
+    return {
+        "results": {},
+        "unreachable": {},
+        "failed": {},
+        "lists": None,
+        "units": None,
+        "alerts": None,
+        "watchdog": None,
+        "evidence": None,
+        "outputs": {},
+    }
 
 
 # The playbook's task that reads the alerts of Prometheus on each monitoring host (its
 # other uri task reads the gateways' worker lists).
 ALERTS_TASK = "Status | The alerts firing now"
+# Its slurp tasks besides the gateways' units: the engine watchdog's state on each gateway,
+# and (support-bundle) the watchdog's evidence archives.
+WATCHDOG_TASK = "Status | The engine watchdog's state"
+EVIDENCE_TASK = "Status | The watchdog's evidence archives"
+# The watchdog's state format (its state.json "version") this reads.
+WATCHDOG_VERSION = 1
+# A watchdog whose last round is older than this is said to be not running (as the alert
+# KunlunWatchdogNotRunning says it; its rounds come every 10 s).
+WATCHDOG_STALE_S = 300
 
 
 def _action(data, name):
@@ -115,8 +137,13 @@ def collect(state, event):
         return
     for action, key in (("uri", "lists"), ("slurp", "units")):
         if _action(data, action):
-            if action == "uri" and (data.get("task") or "").startswith(ALERTS_TASK):
+            task = data.get("task") or ""
+            if action == "uri" and task.startswith(ALERTS_TASK):
                 key = "alerts"
+            elif action == "slurp" and task.startswith(WATCHDOG_TASK):
+                key = "watchdog"
+            elif action == "slurp" and task.startswith(EVIDENCE_TASK):
+                key = "evidence"
             if kind == "runner_on_skipped" and not (res or {}).get("results"):
                 state[key] = []  # an empty loop: the inventory has no gateway
             elif kind in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable") and isinstance(res, dict):
@@ -183,17 +210,22 @@ def gateways_view(lists, units):
     return view
 
 
-def gateway_state(worker_url, gateways):
-    """{state, detail, per_gateway}: in (listed by every gateway), drained (a gateway was
-    started with it and no longer lists it), absent (not listed, not configured), unknown
-    (a gateway did not answer, or they were not read), n/a (the inventory has no gateway)."""
+def gateway_state(worker_url, gateways, watchdog=None):
+    """{state, detail, per_gateway}: in (listed by every gateway), quarantined (a gateway's
+    engine watchdog drained it: `watchdog`, the row's watchdog_of(), says on which),
+    drained (a gateway was started with it and no longer lists it), absent (not listed, not
+    configured), unknown (a gateway did not answer, or they were not read), n/a (the
+    inventory has no gateway)."""
     if gateways is None:
         return {"state": "unknown", "detail": "the gateways were not read", "per_gateway": {}}
     if not gateways:
         return {"state": "n/a", "detail": "no gateway in the inventory", "per_gateway": {}}
+    quarantined = set(gw for gw, s in ((watchdog or {}).get("per_gateway") or {}).items() if s == "quarantined")
     per = {}
     for gw, g in sorted(gateways.items()):
-        if not g["answering"]:
+        if gw in quarantined:
+            per[gw] = "quarantined"
+        elif not g["answering"]:
             per[gw] = "unknown"
         elif worker_url and worker_url in g["workers"]:
             per[gw] = "in"
@@ -203,8 +235,9 @@ def gateway_state(worker_url, gateways):
             per[gw] = "absent"
     if all(s == "in" for s in per.values()):
         return {"state": "in", "detail": "listed by %s" % ", ".join(per), "per_gateway": per}
-    state = next(s for s in ("drained", "absent", "unknown") if s in per.values())
+    state = next(s for s in ("quarantined", "drained", "absent", "unknown") if s in per.values())
     words = {
+        "quarantined": "quarantined by the engine watchdog on %s",
         "drained": "drained (taken out with remove_worker) on %s",
         "absent": "not listed on %s",
         "unknown": "gateway %s %s",
@@ -217,6 +250,127 @@ def gateway_state(worker_url, gateways):
     if not worker_url:
         parts.append("no worker URL for this host")
     return {"state": state, "detail": "; ".join(parts), "per_gateway": per}
+
+
+# ---------------------------------------------------------------- the engine watchdog
+def parse_watchdog_state(text):
+    """(error, state) of a watchdog state.json's text: error "" and the state dict when it
+    follows version 1 ({version, updated, interval_s, workers: {url: {host, state, kind,
+    reason, since, evidence, hold, readmissions, decode_tok_s, fleet_decode_tok_s}}})."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        return "not JSON (%s)" % exc, None
+    if not isinstance(data, dict):
+        return "not a JSON object", None
+    if data.get("version") != WATCHDOG_VERSION:
+        return "version %r, kunlun-fleet reads version %d" % (data.get("version"), WATCHDOG_VERSION), None
+    updated = data.get("updated")
+    if isinstance(updated, bool) or not isinstance(updated, (int, float)):
+        return '"updated" is not a number', None
+    workers = data.get("workers")
+    if not isinstance(workers, dict):
+        return 'no "workers" object', None
+    for url, entry in workers.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("state"), str):
+            return 'worker %s has no "state"' % url, None
+    return "", data
+
+
+def watchdog_view(results, now=None):
+    """{gateway: {state, error, updated, age_s, interval_s, workers}} from the slurp of each
+    gateway's state.json; state: read, absent (no file: no watchdog there, or before its first
+    round), unreadable (the file, or its format), unreachable. None when the task did not run."""
+    if results is None:
+        return None
+    now = time.time() if now is None else now
+    view = {}
+    for item in results:
+        gw = item.get("status_gateway") or item.get("item")
+        if not gw:
+            continue
+        entry = {"state": "read", "error": "", "updated": None, "age_s": None, "interval_s": None, "workers": {}}
+        view[gw] = entry
+        if item.get("unreachable"):
+            entry.update(state="unreachable", error="unreachable: %s" % _message(item))
+            continue
+        if not item.get("content"):
+            msg = _message(item)
+            if "not found" in msg.lower():
+                entry.update(state="absent", error="")
+            else:
+                entry.update(state="unreadable", error=msg)
+            continue
+        try:
+            text = base64.b64decode(item["content"]).decode("utf-8")
+        except (ValueError, TypeError) as exc:
+            entry.update(state="unreadable", error="not UTF-8 text (%s)" % exc)
+            continue
+        error, data = parse_watchdog_state(text)
+        if error:
+            entry.update(state="unreadable", error=error)
+            continue
+        entry.update(
+            updated=float(data["updated"]),
+            age_s=round(now - float(data["updated"]), 1),
+            interval_s=data.get("interval_s"),
+            workers=data["workers"],
+        )
+    return view
+
+
+# The worst state a worker has on any gateway's watchdog comes first.
+_WATCHDOG_ORDER = ("quarantined", "suspect", "serving", "out")
+
+
+def watchdog_of(host, worker_url, watchdog):
+    """What the gateways' watchdogs say of one host: {state, kind, reason, since, hold,
+    evidence, decode_tok_s, fleet_decode_tok_s, gateway, per_gateway} from the gateway whose
+    state is the worst (quarantined, suspect, serving, out), or None when no watchdog knows
+    it. A worker is found by its URL, else by the inventory host name the watchdog gives it."""
+    per, entries = {}, {}
+    for gw, view in sorted((watchdog or {}).items()):
+        if view.get("state") != "read":
+            continue
+        workers = view.get("workers") or {}
+        entry = workers.get(worker_url) if worker_url else None
+        if entry is None:
+            entry = next((w for w in workers.values() if w.get("host") == host), None)
+        if entry is None:
+            continue
+        per[gw] = entry.get("state") or "?"
+        entries[gw] = entry
+    if not per:
+        return None
+    rank = dict((s, i) for i, s in enumerate(_WATCHDOG_ORDER))
+    gw = min(per, key=lambda g: (rank.get(per[g], len(rank)), g))
+    entry = entries[gw]
+    return {
+        "state": per[gw],
+        "kind": entry.get("kind") or "",
+        "reason": entry.get("reason") or "",
+        "since": entry.get("since"),
+        "hold": entry.get("hold") is True,
+        "evidence": entry.get("evidence") or "",
+        "decode_tok_s": entry.get("decode_tok_s"),
+        "fleet_decode_tok_s": entry.get("fleet_decode_tok_s"),
+        "gateway": gw,
+        "per_gateway": per,
+    }
+
+
+def quarantine_reason(host, watchdog):
+    """The health reason of a quarantined host: where, the kind, the watchdog's reason, and
+    whether it is held for flapping."""
+    where = sorted(g for g, s in watchdog["per_gateway"].items() if s == "quarantined")
+    text = "quarantined by the engine watchdog on %s" % ", ".join(where)
+    if watchdog.get("kind"):
+        text += " (%s)" % watchdog["kind"]
+    if watchdog.get("reason"):
+        text += ": %s" % watchdog["reason"]
+    if watchdog.get("hold"):
+        text += "; held: flapping, it is not re-admitted by itself (kunlun-fleet watchdog -i INV release %s)" % host
+    return text
 
 
 # ---------------------------------------------------------------- the alerts
@@ -339,7 +493,12 @@ def health(row, has_gateway):
                 % (ok, expected, (" (not ok: %s)" % ", ".join(str(b) for b in bad)) if bad else "")
             )
     gateway = row.get("gateway") or {}
-    if has_gateway and gateway.get("state") != "in":
+    watchdog = row.get("watchdog") or {}
+    if watchdog.get("state") == "quarantined":
+        reasons.append(quarantine_reason(row.get("host") or "HOST", watchdog))
+    # Out of a gateway for the quarantine alone: said above, once.
+    out = set((gateway.get("per_gateway") or {}).values()) - {"in"}
+    if has_gateway and gateway.get("state") != "in" and not (watchdog and out == {"quarantined"}):
         reasons.append("not in the gateway: %s" % (gateway.get("detail") or gateway.get("state")))
     return reasons
 
@@ -369,6 +528,16 @@ def warnings(row):
             "last acceptance figure %.1f tok/s is below the target %s"
             % (float(figure["tokens_per_s"]), figure.get("target"))
         )
+    watchdog = row.get("watchdog") or {}
+    if watchdog.get("state") == "suspect":
+        notes.append(
+            "the engine watchdog on %s suspects it%s%s"
+            % (
+                watchdog["gateway"],
+                " (%s)" % watchdog["kind"] if watchdog.get("kind") else "",
+                ": %s" % watchdog["reason"] if watchdog.get("reason") else "",
+            )
+        )
     return notes
 
 
@@ -384,7 +553,7 @@ def _tags(image):
 
 
 # ---------------------------------------------------------------- rows and the document
-def build_row(host, state, gateways, acceptance):
+def build_row(host, state, gateways, acceptance, watchdog=None):
     has_gateway = bool(gateways)
     row = {"host": host, "reachable": host not in state["unreachable"], "error": None}
     if host in state["unreachable"]:
@@ -396,7 +565,8 @@ def build_row(host, state, gateways, acceptance):
         for key in ("os", "volume", "driver", "service", "image", "serving"):
             row[key] = res.get(key) if isinstance(res.get(key), dict) else {}
     worker_url = (row.get("serving") or {}).get("worker_url") or ""
-    row["gateway"] = gateway_state(worker_url, gateways)
+    row["watchdog"] = watchdog_of(host, worker_url, watchdog)
+    row["gateway"] = gateway_state(worker_url, gateways, row["watchdog"])
     row["acceptance"] = acceptance_of(host, acceptance)
     row["reasons"] = health(row, has_gateway)
     row["warnings"] = warnings(row)
@@ -408,15 +578,17 @@ def _natural(name):
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
-def document(state, acceptance=None):
-    """The status document: {hosts, healthy, gateways, exit_code, ...}."""
+def document(state, acceptance=None, now=None):
+    """The status document: {hosts, healthy, gateways, watchdog, exit_code, ...}."""
     gateways = gateways_view(state["lists"], state["units"])
+    watchdog = watchdog_view(state.get("watchdog"), now)
     names = set(state["results"]) | set(state["unreachable"]) | set(state["failed"])
-    rows = [build_row(h, state, gateways, acceptance) for h in sorted(names, key=_natural)]
+    rows = [build_row(h, state, gateways, acceptance, watchdog) for h in sorted(names, key=_natural)]
     doc = {
         "hosts": rows,
         "healthy": bool(rows) and all(r["healthy"] for r in rows),
         "gateways": gateways,
+        "watchdog": watchdog,
         "alerts": alerts_view(state.get("alerts")),
         "acceptance_file": (acceptance or {}).get("file"),
     }
@@ -497,6 +669,11 @@ def cells(row):
         figure_cell = "%.1f tok/s%s" % (float(figure["tokens_per_s"]), "" if figure["pass"] else " FAIL")
     else:
         figure_cell = "-"
+    gateway_cell = gw.get("state") or "?"
+    watchdog = row.get("watchdog") or {}
+    if gateway_cell == "quarantined":
+        marks = [m for m in (watchdog.get("kind"), "held" if watchdog.get("hold") else "") if m]
+        gateway_cell += " (%s)" % ", ".join(marks) if marks else ""
     return [
         row["host"],
         "yes",
@@ -508,7 +685,7 @@ def cells(row):
         image_cell,
         service_cell,
         srv.get("model") or "-",
-        gw.get("state") or "?",
+        gateway_cell,
         requests_cell,
         figure_cell,
         health_cell,
@@ -540,6 +717,10 @@ def render_table(doc):
             )
     elif gateways is None and hosts:
         lines.append("gateways: not read (no host answered)")
+    for gw, w in sorted((doc.get("watchdog") or {}).items()):
+        line = watchdog_line(gw, w)
+        if line:
+            lines.append(line)
     alerts = doc.get("alerts")
     if alerts and alerts["monitors"]:
         answered = sorted(m for m, e in alerts["monitors"].items() if not e)
@@ -565,6 +746,29 @@ def render_table(doc):
     if doc.get("report"):
         lines.append("report: %s" % doc["report"])
     return "\n".join(lines) + "\n"
+
+
+def watchdog_line(gw, w):
+    """One line on a gateway's watchdog under the table (None: nothing to say, no watchdog
+    there or the gateway unreachable, which its own line says)."""
+    if w["state"] == "unreadable":
+        return "watchdog %s: state unreadable: %s" % (gw, w["error"])
+    if w["state"] != "read":
+        return None
+    quarantined = []
+    for url, e in sorted(w["workers"].items(), key=lambda kv: _natural(str(kv[1].get("host") or kv[0]))):
+        if e.get("state") == "quarantined":
+            marks = [m for m in (e.get("kind"), "held" if e.get("hold") else "") if m]
+            quarantined.append(str(e.get("host") or url) + (" (%s)" % ", ".join(marks) if marks else ""))
+    suspect = sum(1 for e in w["workers"].values() if e.get("state") == "suspect")
+    text = "watchdog %s: %d worker(s), quarantined: %s" % (gw, len(w["workers"]), ", ".join(quarantined) or "none")
+    if suspect:
+        text += ", %d suspect" % suspect
+    when = datetime.datetime.fromtimestamp(w["updated"], datetime.timezone.utc).isoformat(timespec="seconds")
+    text += "; last round %s" % when
+    if w["age_s"] is not None and w["age_s"] > WATCHDOG_STALE_S:
+        text += " (%s ago: is kunlun-watchdog running?)" % human_age(w["age_s"])
+    return text
 
 
 def render_json(doc):

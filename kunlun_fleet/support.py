@@ -13,15 +13,22 @@ inventory's vaulted values (the runner's masker), and the bundle is read back an
 The bundle: <name>/README.txt (what is where), status.txt and status.json (the status table
 and document of the same run), hosts/<host>/<file> with hosts/<host>/index.json (the command
 behind each file, its exit status, what was missing and why), last-run/ (the summary of the
-newest deploy or stage run in reports/runs/).
+newest deploy or stage run in reports/runs/), and from each gateway the engine watchdog's
+state (watchdog/<gateway>/state.json) and its evidence archives of the hosts in the bundle,
+unpacked (hosts/<host>/watchdog/<gateway>/<archive>/...), masked like the hosts' files;
+watchdog/index.json says what was found where. No watchdog on a gateway: nothing of it.
 
 Exit codes: 0 the bundle is written with every host in it; 4 written, a host was
 unreachable (its index.json says so); 1 nothing written (the run failed, or a secret
 survived the masking); 3 refused input.
 """
 
+import base64
 import datetime
+import io
+import json
 import os
+import re
 import shutil
 import sys
 import tarfile
@@ -46,6 +53,15 @@ hosts/<host>/...          xpu-smi.txt, xpu-smi-q.txt, xpu-smi-L.txt, proc_kunlun
                           (the serving unit), vllm-log-tail.txt, docker-inspect.json (the
                           serving container), serve.env, xpu-facts.json (the driver's facts)
 last-run/                 the newest deploy or stage run's report (summary.md, summary.json)
+watchdog/<gateway>/state.json
+                          the engine watchdog's state on each gateway that runs it: which
+                          hosts it quarantined, why, since when (watchdog/index.json: what
+                          was found on each gateway)
+hosts/<host>/watchdog/<gateway>/<archive>/
+                          the watchdog's evidence of that host, unpacked from its archive
+                          (<host>-<UTC time>.tar.gz on the gateway): verdict.json, the
+                          worker's /metrics over the rounds before the verdict, the
+                          router's worker list
 
 Masked before anything was written: serial numbers, MAC and IP addresses (placeholders,
 equal values equal: SERIAL-0001, 192.0.2.1, ...), the value of every KEY/TOKEN/SECRET/
@@ -100,6 +116,126 @@ def secrets_in(archive, masker):
     return found
 
 
+# An evidence archive is a few /metrics texts: more than this unpacked is not one.
+EVIDENCE_MAX_BYTES = 64 * 1024 * 1024
+
+
+def _safe(name):
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "_"
+
+
+def evidence_host(archive, hosts):
+    """The host an evidence archive (<host>-<UTC time>.tar.gz, the host name made file-safe
+    as the watchdog does) is of: the longest name of `hosts` that prefixes it, else None."""
+    name = os.path.basename(archive)
+    found = [h for h in hosts if name.startswith(re.sub(r"[^A-Za-z0-9._-]", "_", h) + "-")]
+    return max(found, key=len) if found else None
+
+
+def unpack_evidence(data, archive):
+    """[(relative path, text)] of an evidence archive's regular files (the watchdog's own
+    top directory, named after the archive, left out); links, devices and paths that leave
+    the directory are skipped. Raises ValueError for what is not a gzipped tar, or too big."""
+    stem = os.path.basename(archive)
+    stem = stem[: -len(".tar.gz")] if stem.endswith(".tar.gz") else stem
+    files, total = [], 0
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            for member in tar.getmembers():
+                if not member.isfile():
+                    continue
+                parts = [p for p in member.name.replace("\\", "/").split("/") if p not in ("", ".", "..")]
+                if len(parts) > 1 and parts[0] == stem:
+                    parts = parts[1:]
+                if not parts:
+                    continue
+                total += member.size
+                if total > EVIDENCE_MAX_BYTES:
+                    raise ValueError("more than %d bytes unpacked" % EVIDENCE_MAX_BYTES)
+                text = tar.extractfile(member).read().decode("utf-8", errors="replace")
+                files.append(("/".join(_safe(p) for p in parts), text))
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise ValueError("not a readable tar.gz (%s)" % exc) from exc
+    return files
+
+
+def _slurped(item):
+    """(text or None, error) of a slurp result item."""
+    if item.get("unreachable"):
+        return None, "unreachable: %s" % status._message(item)
+    if not item.get("content"):
+        return None, status._message(item)
+    try:
+        return base64.b64decode(item["content"]), ""
+    except (ValueError, TypeError) as exc:
+        return None, "not base64 (%s)" % exc
+
+
+def write_watchdog(top, states, evidence, hosts):
+    """The engine watchdog's part of the bundle under `top`, from the status run's slurps:
+    each gateway's state.json (`states`, status.WATCHDOG_TASK's results) as
+    watchdog/<gateway>/state.json, and each evidence archive (`evidence`,
+    status.EVIDENCE_TASK's results) of a host of `hosts` unpacked under
+    hosts/<host>/watchdog/<gateway>/<archive>/; every text masked as the hosts' files are
+    (collect_outputs: secrets, then serials and addresses, one masker for all of them), and
+    watchdog/index.json. Nothing is written when no gateway has a watchdog. Returns the index."""
+    top = Path(top)
+    masking = status._collect_module()
+    index = {"gateways": {}, "evidence": []}
+    texts = []  # (path under top, text), written once all are masked
+    for item in states or []:
+        gw = item.get("status_gateway") or item.get("item")
+        if not gw:
+            continue
+        data, error = _slurped(item)
+        entry = {"state": "read", "file": None, "error": ""}
+        if data is None:
+            entry["state"] = "absent" if "not found" in error.lower() else "unreadable"
+            entry["state"] = "unreachable" if item.get("unreachable") else entry["state"]
+            entry["error"] = "" if entry["state"] == "absent" else error
+        else:
+            entry["file"] = "watchdog/%s/state.json" % _safe(gw)
+            texts.append((entry["file"], data.decode("utf-8", errors="replace")))
+        index["gateways"][gw] = entry
+    for item in evidence or []:
+        gw, path = (list(item.get("status_evidence_file") or []) + [None, None])[:2]
+        if not gw or not path:
+            continue
+        host = evidence_host(path, hosts)
+        entry = {"gateway": gw, "archive": path, "host": host, "dir": None, "files": [], "error": ""}
+        index["evidence"].append(entry)
+        if host is None:
+            entry["error"] = "of no host in the bundle"
+            continue
+        data, error = _slurped(item)
+        if data is None:
+            entry["error"] = error
+            continue
+        name = os.path.basename(path)
+        name = name[: -len(".tar.gz")] if name.endswith(".tar.gz") else name
+        entry["dir"] = "hosts/%s/watchdog/%s/%s" % (_safe(host), _safe(gw), _safe(name))
+        try:
+            files = unpack_evidence(data, path)
+        except ValueError as exc:
+            entry.update(dir=None, error=str(exc))
+            continue
+        for rel, text in files:
+            entry["files"].append(rel)
+            texts.append(("%s/%s" % (entry["dir"], rel), text))
+    if not texts and not any(e["state"] != "absent" for e in index["gateways"].values()) and not index["evidence"]:
+        return index
+    masker = masking.Masker()
+    masker.learn([t for _p, t in texts])
+    for rel, text in texts:
+        text, _n = masking.mask_secrets(text)
+        target = top / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(masker.text(text))
+    (top / "watchdog").mkdir(exist_ok=True)
+    (top / "watchdog" / "index.json").write_text(json.dumps(index, indent=2) + "\n")
+    return index
+
+
 def run(inventory, limit=None, output=None, argv=None, base=None, out=None):
     out = out or sys.stdout
     base = Path(base or runner.root())
@@ -135,6 +271,9 @@ def run(inventory, limit=None, output=None, argv=None, base=None, out=None):
         top = Path(tmp) / name
         missed = status.not_collected(doc)
         written = status.write_collection(str(top / "hosts"), support_run.state["outputs"], missed)
+        watchdog = write_watchdog(
+            top, support_run.state.get("watchdog"), support_run.state.get("evidence"), [r["host"] for r in doc["hosts"]]
+        )
         (top / "status.json").write_text(status.render_json(doc))
         (top / "status.txt").write_text(status.render_table(doc))
         previous = last_run(base)
@@ -173,6 +312,19 @@ def run(inventory, limit=None, output=None, argv=None, base=None, out=None):
     )
     for host in sorted(missed):
         out.write("  %s: not collected: %s\n" % (host, missed[host]))
+    read = sorted(gw for gw, e in watchdog["gateways"].items() if e["state"] == "read")
+    unpacked = [e for e in watchdog["evidence"] if e["dir"]]
+    if read or watchdog["evidence"]:
+        out.write(
+            "  engine watchdog: state of %s; %d evidence archive(s)%s\n"
+            % (
+                ", ".join(read) or "no gateway",
+                len(unpacked),
+                " (%d not taken: watchdog/index.json says why)" % (len(watchdog["evidence"]) - len(unpacked))
+                if len(unpacked) < len(watchdog["evidence"])
+                else "",
+            )
+        )
     if previous is None:
         out.write("  no deploy or stage run in %s to include\n" % runner.runs_dir(base))
     return runner.UNREACHABLE if missed else runner.OK

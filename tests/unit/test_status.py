@@ -13,6 +13,7 @@ import json
 import os
 import socket
 import sys
+import tarfile
 import threading
 from pathlib import Path
 
@@ -26,7 +27,7 @@ sys.path.insert(0, str(ROOT / "library"))
 import host_status  # noqa: E402
 from module_docs import documented_spec  # noqa: E402
 
-from kunlun_fleet import cli, runner, status  # noqa: E402
+from kunlun_fleet import cli, runner, status, support  # noqa: E402
 from plugins.filter.serving import FilterModule  # noqa: E402
 
 PINS = yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text())
@@ -914,7 +915,7 @@ def test_human_sizes_and_ages():
 # The project's own read-only modules (never changed, check mode supported) and the two
 # builtins the gateway reads use.
 OWN_MODULES = ("host_status", "collect_outputs")
-READ_ONLY = {*OWN_MODULES, "ansible.builtin.uri", "ansible.builtin.slurp"}
+READ_ONLY = {*OWN_MODULES, "ansible.builtin.uri", "ansible.builtin.slurp", "ansible.builtin.find"}
 
 
 def test_the_playbook_only_reads():
@@ -937,8 +938,11 @@ def test_the_playbook_only_reads():
                     "http://{{ status_prometheus }}/api/v1/alerts",
                 ), task[action]["url"]
                 assert play["vars"]["status_router"].startswith("{{ gateway_router_host | default('127.0.0.1') }}:")
-            if action == "ansible.builtin.slurp":
+            if action in ("ansible.builtin.slurp", "ansible.builtin.find"):
                 assert task["changed_when"] is False
+            if task["name"].startswith("Status | The watchdog's evidence"):
+                # Only for a support bundle.
+                assert task["when"] == "status_support | default(false) | bool", task["name"]
             if action == "collect_outputs":
                 # Only with --collect (kunlun-fleet status passes status_collect=true) or for a
                 # support bundle (status_support=true, which also turns its diagnostics on).
@@ -1036,9 +1040,15 @@ def local_fleet(tmp_path, monkeypatch):
         }
     }
     (inv / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    # The engine watchdog's state directory of the local gateway: empty (no watchdog) unless a test writes it.
+    (tmp_path / "watchdog").mkdir()
     (inv / "group_vars/all/serving.yml").write_text(
         yaml.safe_dump(
-            {"kunlun_stack_serving": dict(PINS["kunlun_stack_serving"], port=port), "gateway_router_port": port}
+            {
+                "kunlun_stack_serving": dict(PINS["kunlun_stack_serving"], port=port),
+                "gateway_router_port": port,
+                "gateway_watchdog_state_dir": str(tmp_path / "watchdog"),
+            }
         )
     )
     monkeypatch.setenv("PATH", "%s:%s" % (fake / "bin", os.environ["PATH"]))
@@ -1047,7 +1057,7 @@ def local_fleet(tmp_path, monkeypatch):
     (tree / "reports/acceptance.json").write_text(
         json.dumps({"target_single_stream_tok_s": 30, "hosts": {"kf-a": {"tokens_per_s": 41.2}}})
     )
-    yield {"tree": tree, "inv": str(inv), "fake": fake, "port": port}
+    yield {"tree": tree, "inv": str(inv), "fake": fake, "port": port, "watchdog": tmp_path / "watchdog"}
     server.shutdown()
 
 
@@ -1223,3 +1233,344 @@ def test_status_with_its_gateway_and_monitoring_host_unreachable(local_fleet):
     assert doc["alerts"]["firing"] == []
     summary = summary_of_last_run(local_fleet)
     assert all(c["changed"] == 0 for c in summary["hosts"].values()), summary["hosts"]
+
+
+# ---------------------------------------------------------------- the engine watchdog
+def watchdog_state(**workers):
+    """A watchdog state.json (version 1) of the given workers {host: (state, kind, reason, hold)},
+    each at W[host]."""
+    entries = {}
+    for host, (state, kind, reason, hold) in workers.items():
+        entries[W[host]] = {
+            "host": host,
+            "state": state,
+            "kind": kind,
+            "reason": reason,
+            "since": 1764866380.1,
+            "evidence": "/var/lib/kunlun-watchdog/evidence/%s-20261204T170000Z.tar.gz" % host if kind else "",
+            "hold": hold,
+            "readmissions": [],
+            "decode_tok_s": None if state == "quarantined" else 30.9,
+            "fleet_decode_tok_s": 31.5,
+        }
+    return {"version": 1, "updated": 1764866400.5, "interval_s": 10, "workers": entries}
+
+
+def watchdog_events(states):
+    """The slurp of each gateway's state.json: {gateway: a state dict, text, or None (no file)}."""
+    items = []
+    for gw, state in states.items():
+        item = {"status_gateway": gw, "changed": False}
+        if state is None:
+            item.update(failed=False, msg="File not found: /var/lib/kunlun-watchdog/state.json")
+        else:
+            text = state if isinstance(state, str) else json.dumps(state)
+            item.update(content=base64.b64encode(text.encode()).decode(), encoding="base64")
+        items.append(item)
+    return [
+        event(
+            "runner_on_ok",
+            "kf-node-1",
+            "ansible.builtin.slurp",
+            {"results": items},
+            task=status.WATCHDOG_TASK + " on each gateway",
+        )
+    ]
+
+
+STUCK = "stuck: 2 rounds with requests running (3) and vllm:generation_tokens_total not moving"
+NOW = 1764866412.5  # 12 s after the state's last round
+
+
+def quarantine_doc(hold=False, states=None, listed=None):
+    """kf-node-2 drained from gw-1's router by the watchdog (stuck), the others serving."""
+    results = {h: ok_result(worker=W[h]) for h in ("kf-node-1", "kf-node-2", "kf-node-3")}
+    listed = listed if listed is not None else [W["kf-node-1"], W["kf-node-3"]]
+    configured = [W["kf-node-1"], W["kf-node-2"], W["kf-node-3"]]
+    state = watchdog_state(
+        **{
+            "kf-node-1": ("serving", "", "", False),
+            "kf-node-2": ("quarantined", "stuck", STUCK, hold),
+            "kf-node-3": ("serving", "", "", False),
+        }
+    )
+    events = fleet_events(results, gateway_events(listed, configured)) + watchdog_events(states or {"gw-1": state})
+    return status.document(state_of(events), now=NOW)
+
+
+def test_a_quarantined_host_reads_quarantined_and_unhealthy():
+    doc = quarantine_doc()
+    rows = {r["host"]: r for r in doc["hosts"]}
+    two = rows["kf-node-2"]
+    assert two["gateway"]["state"] == "quarantined" and two["gateway"]["per_gateway"] == {"gw-1": "quarantined"}
+    assert two["gateway"]["detail"] == "quarantined by the engine watchdog on gw-1"
+    # One reason: the quarantine, with its kind and the watchdog's reason (not "drained").
+    assert two["reasons"] == ["quarantined by the engine watchdog on gw-1 (stuck): " + STUCK]
+    assert two["healthy"] is False and doc["exit_code"] == 2 and doc["healthy"] is False
+    assert two["watchdog"]["state"] == "quarantined" and two["watchdog"]["kind"] == "stuck"
+    assert two["watchdog"]["evidence"].endswith("/kf-node-2-20261204T170000Z.tar.gz")
+    assert rows["kf-node-1"]["healthy"] and rows["kf-node-1"]["watchdog"]["state"] == "serving"
+    assert rows["kf-node-1"]["watchdog"]["decode_tok_s"] == 30.9
+
+
+def test_a_quarantined_host_in_the_table_and_the_json():
+    doc = quarantine_doc()
+    text = status.render_table(doc)
+    line = next(x for x in text.splitlines() if x.startswith("kf-node-2 "))
+    assert " quarantined (stuck) " in line and " drained " not in line
+    assert line.endswith("UNHEALTHY: quarantined by the engine watchdog on gw-1 (stuck): " + STUCK)
+    assert "3 host(s): 2 healthy, 1 unhealthy, 0 unreachable (exit 2)" in text
+    assert "watchdog gw-1: 3 worker(s), quarantined: kf-node-2 (stuck); last round 2025-12-04T16:40:00+00:00" in text
+    assert "is kunlun-watchdog running" not in text
+    row = next(r for r in json.loads(status.render_json(doc))["hosts"] if r["host"] == "kf-node-2")
+    assert row["gateway"]["state"] == "quarantined"
+    assert {k: row["watchdog"][k] for k in ("state", "kind", "reason", "hold", "gateway")} == {
+        "state": "quarantined",
+        "kind": "stuck",
+        "reason": STUCK,
+        "hold": False,
+        "gateway": "gw-1",
+    }
+    assert json.loads(status.render_json(doc))["watchdog"]["gw-1"]["state"] == "read"
+
+
+def test_a_held_host_says_it_flaps_and_how_to_release_it():
+    doc = quarantine_doc(hold=True)
+    two = next(r for r in doc["hosts"] if r["host"] == "kf-node-2")
+    assert two["reasons"] == [
+        "quarantined by the engine watchdog on gw-1 (stuck): %s; held: flapping, it is not re-admitted by itself "
+        "(kunlun-fleet watchdog -i INV release kf-node-2)" % STUCK
+    ]
+    text = status.render_table(doc)
+    assert " quarantined (stuck, held) " in next(x for x in text.splitlines() if x.startswith("kf-node-2 "))
+    assert "quarantined: kf-node-2 (stuck, held)" in text
+
+
+def test_quarantined_even_when_the_router_still_lists_it():
+    """The watchdog's state says quarantined: that gateway counts as quarantined whatever its
+    list said a moment before or after."""
+    doc = quarantine_doc(listed=[W["kf-node-1"], W["kf-node-2"], W["kf-node-3"]])
+    two = next(r for r in doc["hosts"] if r["host"] == "kf-node-2")
+    assert two["gateway"]["state"] == "quarantined" and not two["healthy"]
+
+
+def test_quarantined_on_one_gateway_drained_on_another_says_both():
+    results = {"kf-node-2": ok_result(worker=W["kf-node-2"])}
+    gws = gateway_events([], [W["kf-node-2"]], gw="gw-1") + gateway_events([], [W["kf-node-2"]], gw="gw-2")
+    # Two gateway tasks' events: each loop's result holds one gateway here; merge them.
+    lists = [e for e in gws if e["event_data"]["task_action"].endswith("uri")]
+    units = [e for e in gws if e["event_data"]["task_action"].endswith("slurp")]
+    merged = [
+        event(
+            "runner_on_ok",
+            "kf-node-1",
+            "ansible.builtin.uri",
+            {"results": [i for e in lists for i in e["event_data"]["res"]["results"]]},
+        ),
+        event(
+            "runner_on_ok",
+            "kf-node-1",
+            "ansible.builtin.slurp",
+            {"results": [i for e in units for i in e["event_data"]["res"]["results"]]},
+        ),
+    ]
+    quarantined = watchdog_state(**{"kf-node-2": ("quarantined", "slow", "slow: 9.0 tok/s", False)})
+    serving = watchdog_state(**{"kf-node-2": ("out", "", "", False)})
+    doc = status.document(
+        state_of(fleet_events(results, merged) + watchdog_events({"gw-1": quarantined, "gw-2": serving})), now=NOW
+    )
+    row = doc["hosts"][0]
+    assert row["gateway"]["per_gateway"] == {"gw-1": "quarantined", "gw-2": "drained"}
+    assert row["reasons"] == [
+        "quarantined by the engine watchdog on gw-1 (slow): slow: 9.0 tok/s",
+        "not in the gateway: quarantined by the engine watchdog on gw-1; "
+        "drained (taken out with remove_worker) on gw-2",
+    ]
+    assert row["watchdog"]["per_gateway"] == {"gw-1": "quarantined", "gw-2": "out"}
+
+
+@pytest.mark.parametrize(
+    "states",
+    [
+        {"gw-1": None},  # no state file: no watchdog there
+        {"gw-1": "all serving"},
+    ],
+)
+def test_a_served_fleet_with_or_without_a_watchdog_is_healthy(states):
+    results = {h: ok_result(worker=W[h]) for h in ("kf-node-1", "kf-node-2", "kf-node-3")}
+    every = [W[h] for h in results]
+    if states["gw-1"] == "all serving":
+        states = {"gw-1": watchdog_state(**{h: ("serving", "", "", False) for h in results})}
+    doc = status.document(
+        state_of(fleet_events(results, gateway_events(every, every)) + watchdog_events(states)), now=NOW
+    )
+    assert doc["healthy"] is True and doc["exit_code"] == 0
+    assert all(r["gateway"]["state"] == "in" and r["reasons"] == [] and r["warnings"] == [] for r in doc["hosts"])
+    text = status.render_table(doc)
+    if states["gw-1"] is None:
+        assert doc["watchdog"]["gw-1"]["state"] == "absent" and "watchdog" not in text
+        assert all(r["watchdog"] is None for r in doc["hosts"])
+    else:
+        assert "watchdog gw-1: 3 worker(s), quarantined: none; last round" in text
+
+
+def test_without_the_task_or_a_gateway_nothing_is_said():
+    results = {"kf-node-1": ok_result(worker=W["kf-node-1"])}
+    doc = status.document(state_of(fleet_events(results, gateway_events([W["kf-node-1"]], [W["kf-node-1"]]))))
+    assert doc["watchdog"] is None and doc["hosts"][0]["watchdog"] is None and doc["healthy"]
+    skipped = state_of(
+        [
+            event(
+                "runner_on_skipped",
+                "kf-node-1",
+                "ansible.builtin.slurp",
+                {"skipped_reason": "No items in the list"},
+                task=status.WATCHDOG_TASK,
+            )
+        ]
+    )
+    assert skipped["watchdog"] == [] and skipped["units"] is None
+    assert status.watchdog_view([]) == {}
+
+
+@pytest.mark.parametrize(
+    "text, error",
+    [
+        ("{not json", "not JSON"),
+        ("[]", "not a JSON object"),
+        (json.dumps({"version": 2, "updated": 1, "workers": {}}), "version 2, kunlun-fleet reads version 1"),
+        (json.dumps({"version": 1, "updated": "now", "workers": {}}), '"updated" is not a number'),
+        (json.dumps({"version": 1, "updated": 1, "workers": []}), 'no "workers" object'),
+        (
+            json.dumps({"version": 1, "updated": 1, "workers": {"http://a:1": {"host": "a"}}}),
+            'worker http://a:1 has no "state"',
+        ),
+    ],
+)
+def test_a_garbled_state_is_said_and_judges_nothing(text, error):
+    results = {"kf-node-1": ok_result(worker=W["kf-node-1"])}
+    events = fleet_events(results, gateway_events([W["kf-node-1"]], [W["kf-node-1"]])) + watchdog_events({"gw-1": text})
+    doc = status.document(state_of(events), now=NOW)
+    assert doc["watchdog"]["gw-1"]["state"] == "unreadable" and doc["watchdog"]["gw-1"]["error"].startswith(error)
+    assert doc["healthy"] and doc["hosts"][0]["watchdog"] is None
+    assert "watchdog gw-1: state unreadable: " + error in status.render_table(doc)
+
+
+def test_an_unreadable_or_unreachable_state_file():
+    view = status.watchdog_view(
+        [
+            {
+                "status_gateway": "gw-1",
+                "failed": False,
+                "msg": "File is not readable: /var/lib/kunlun-watchdog/state.json",
+            },
+            {"status_gateway": "gw-2", "unreachable": True, "msg": "Failed to connect to the host via ssh"},
+        ]
+    )
+    assert view["gw-1"] == dict(
+        view["gw-1"], state="unreadable", error="File is not readable: /var/lib/kunlun-watchdog/state.json"
+    )
+    assert view["gw-2"]["state"] == "unreachable" and status.watchdog_line("gw-2", view["gw-2"]) is None
+
+
+def test_a_suspect_host_is_a_warning_and_a_stale_watchdog_is_said():
+    results = {h: ok_result(worker=W[h]) for h in ("kf-node-1", "kf-node-2")}
+    every = [W[h] for h in results]
+    state = watchdog_state(
+        **{
+            "kf-node-1": ("serving", "", "", False),
+            "kf-node-2": ("suspect", "slow", "slow: 12.1 tok/s against 31.5", False),
+        }
+    )
+    events = fleet_events(results, gateway_events(every, every)) + watchdog_events({"gw-1": state})
+    doc = status.document(state_of(events), now=state["updated"] + 3 * 3600)
+    two = next(r for r in doc["hosts"] if r["host"] == "kf-node-2")
+    assert two["healthy"] and two["warnings"] == [
+        "the engine watchdog on gw-1 suspects it (slow): slow: 12.1 tok/s against 31.5"
+    ]
+    text = status.render_table(doc)
+    assert "quarantined: none, 1 suspect; last round" in text and "(3h00m ago: is kunlun-watchdog running?)" in text
+
+
+def test_a_worker_is_found_by_its_host_name_when_its_url_differs():
+    state = watchdog_state(**{"kf-node-2": ("quarantined", "stuck", STUCK, False)})
+    state["workers"] = {"http://kf-node-2.example:8000": state["workers"][W["kf-node-2"]]}
+    view = status.watchdog_view(state_of(watchdog_events({"gw-1": state}))["watchdog"], now=NOW)
+    assert status.watchdog_of("kf-node-2", W["kf-node-2"], view)["state"] == "quarantined"
+    assert status.watchdog_of("kf-node-1", W["kf-node-1"], view) is None
+
+
+def test_the_watchdog_slurp_is_not_taken_for_the_gateways_units():
+    events = gateway_events([W["kf-node-1"]], [W["kf-node-1"]]) + watchdog_events({"gw-1": None})
+    state = state_of(events)
+    assert [u["status_gateway"] for u in state["units"]] == ["gw-1"] and "content" in state["units"][0]
+    assert [w["status_gateway"] for w in state["watchdog"]] == ["gw-1"] and "content" not in state["watchdog"][0]
+
+
+def test_status_on_local_hosts_reads_the_watchdogs_state(local_fleet):
+    """The local gateway's watchdog quarantined kf-a: the playbook reads its state.json (and
+    a missing file elsewhere is no failure: the other local tests have none)."""
+    url = "http://10.9.0.1:%d" % local_fleet["port"]
+    state = {
+        "version": 1,
+        "updated": 1764866400.5,
+        "interval_s": 10,
+        "workers": {
+            url: {
+                "host": "kf-a",
+                "state": "quarantined",
+                "kind": "slow",
+                "reason": "slow: 9.1 tok/s per sequence against the fleet's 31.5",
+                "since": 1764866380.1,
+                "evidence": "",
+                "hold": True,
+                "readmissions": [1764860000.0],
+                "decode_tok_s": 9.1,
+                "fleet_decode_tok_s": 31.5,
+            }
+        },
+    }
+    (local_fleet["watchdog"] / "state.json").write_text(json.dumps(state))
+    code, text = run_status(local_fleet, "kf-a", True)
+    doc = json.loads(text)
+    row = doc["hosts"][0]
+    assert code == 2 and doc["exit_code"] == 2, text[-3000:]
+    assert row["gateway"]["state"] == "quarantined" and row["watchdog"]["hold"] is True
+    assert row["reasons"] == [
+        "quarantined by the engine watchdog on gw (slow): slow: 9.1 tok/s per sequence against the fleet's 31.5; "
+        "held: flapping, it is not re-admitted by itself (kunlun-fleet watchdog -i INV release kf-a)"
+    ]
+    summary = summary_of_last_run(local_fleet)
+    assert all(c["changed"] == 0 for c in summary["hosts"].values()), summary["hosts"]
+
+
+def test_support_bundle_on_local_hosts_takes_the_watchdogs_files(local_fleet, tmp_path):
+    """support-bundle --limit kf-a: the local gateway's state.json and its evidence archive of
+    kf-a (found, read and unpacked through the status playbook), not kf-b's; read-only."""
+    evidence = local_fleet["watchdog"] / "evidence"
+    evidence.mkdir()
+    for host in ("kf-a", "kf-b"):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            data = json.dumps({"host": host, "kind": "stuck"}).encode()
+            info = tarfile.TarInfo("%s-20261204T170000Z/verdict.json" % host)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        (evidence / ("%s-20261204T170000Z.tar.gz" % host)).write_bytes(buf.getvalue())
+    (local_fleet["watchdog"] / "state.json").write_text(
+        json.dumps({"version": 1, "updated": 1764866400.5, "interval_s": 10, "workers": {}})
+    )
+    out, bundle = io.StringIO(), tmp_path / "case.tar.gz"
+    code = support.run(local_fleet["inv"], "kf-a", output=str(bundle), base=local_fleet["tree"], out=out)
+    assert code == 0, out.getvalue()
+    assert "engine watchdog: state of gw; 1 evidence archive(s)" in out.getvalue(), out.getvalue()
+    with tarfile.open(bundle, "r:gz") as tar:
+        members = {m.name: tar.extractfile(m).read().decode() for m in tar.getmembers() if m.isfile()}
+    verdict = members["case/hosts/kf-a/watchdog/gw/kf-a-20261204T170000Z/verdict.json"]
+    assert json.loads(verdict)["host"] == "kf-a"
+    assert json.loads(members["case/watchdog/gw/state.json"])["version"] == 1
+    assert not [name for name in members if "kf-b" in name]
+    index = json.loads(members["case/watchdog/index.json"])
+    assert [e["host"] for e in index["evidence"]] == ["kf-a"] and index["gateways"]["gw"]["state"] == "read"
+    summary = summary_of_last_run(local_fleet)
+    assert summary["command"] == "support-bundle" and all(c["changed"] == 0 for c in summary["hosts"].values())

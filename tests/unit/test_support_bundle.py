@@ -1,8 +1,12 @@
 """kunlun-fleet support-bundle's parts: the secrets masked on the host (collect_outputs'
 mask_secrets and its diagnostics), the controller's second masking and its check of the
-archive, the last run picked, the refusals before any run. The bundle from a served sim
-host: tests/status/test_support_bundle_sim.py."""
+archive, the last run picked, the refusals before any run, the engine watchdog's state and
+evidence taken from the gateways. The bundle from a served sim host:
+tests/status/test_support_bundle_sim.py; from local hosts with a watchdog's files:
+tests/unit/test_status.py."""
 
+import base64
+import io
 import json
 import os
 import sys
@@ -192,3 +196,134 @@ def test_a_large_log_is_read_from_its_end(tmp_path):
     # the last 1000 bytes: a part of a line (dropped) and 83 whole ones
     assert entry["stdout"] == "[... the last 3 of 83 lines]\nline 019997\nline 019998\nline 019999\n"
     assert entry["rc"] == 0 and entry["command"] == "tail -n 3 %s" % log
+
+
+# ---------------------------------------------------------------- the engine watchdog's files
+def evidence_archive(name, members, top=True):
+    """A tar.gz as the watchdog writes one: its files under a directory named after it."""
+    stem = name[: -len(".tar.gz")]
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for member, text in members.items():
+            data = text.encode()
+            info = tarfile.TarInfo(("%s/%s" % (stem, member)) if top else member)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def slurp_item(data, **loop):
+    return dict(loop, content=base64.b64encode(data).decode(), encoding="base64", changed=False)
+
+
+STATE = {
+    "version": 1,
+    "updated": 1764866400.5,
+    "interval_s": 10,
+    "workers": {
+        "http://10.91.0.12:8000": {
+            "host": "kf-node-2",
+            "state": "quarantined",
+            "kind": "stuck",
+            "reason": "stuck: 2 rounds with requests running (3)",
+            "since": 1764866380.1,
+            "evidence": "/var/lib/kunlun-watchdog/evidence/kf-node-2-20261204T170000Z.tar.gz",
+            "hold": False,
+            "readmissions": [],
+            "decode_tok_s": None,
+            "fleet_decode_tok_s": 31.5,
+        }
+    },
+}
+
+
+def test_an_evidence_archive_is_of_the_longest_host_name_it_starts_with():
+    hosts = ["kf-node-1", "kf-node-1-b", "kf-node-10", "gpu host"]
+    assert support.evidence_host("/e/kf-node-1-20261204T170000Z.tar.gz", hosts) == "kf-node-1"
+    assert support.evidence_host("/e/kf-node-1-b-20261204T170000Z.tar.gz", hosts) == "kf-node-1-b"
+    assert support.evidence_host("/e/kf-node-10-20261204T170000Z.tar.gz", hosts) == "kf-node-10"
+    assert support.evidence_host("/e/gpu_host-20261204T170000Z.tar.gz", hosts) == "gpu host"
+    assert support.evidence_host("/e/kf-node-2-20261204T170000Z.tar.gz", hosts) is None
+
+
+def test_an_evidence_archive_is_unpacked_safely():
+    name = "kf-node-2-20261204T170000Z.tar.gz"
+    data = evidence_archive(name, {"verdict.json": "{}\n", "metrics-1764866390.txt": "vllm:x 1\n"})
+    assert support.unpack_evidence(data, "/e/" + name) == [
+        ("verdict.json", "{}\n"),
+        ("metrics-1764866390.txt", "vllm:x 1\n"),
+    ]
+    # Paths that would leave the directory stay inside it; links and devices are skipped.
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for member in ("../../etc/cron.d/x", "/etc/passwd"):
+            info = tarfile.TarInfo(member)
+            info.size = 2
+            tar.addfile(info, io.BytesIO(b"x\n"))
+        link = tarfile.TarInfo("link")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/shadow"
+        tar.addfile(link)
+    assert support.unpack_evidence(buf.getvalue(), name) == [("etc/cron.d/x", "x\n"), ("etc/passwd", "x\n")]
+    with pytest.raises(ValueError, match="not a readable tar.gz"):
+        support.unpack_evidence(b"\x1f\x8b not gzip", name)
+
+
+def test_the_watchdogs_state_and_evidence_in_the_bundle(tmp_path):
+    archive = "/var/lib/kunlun-watchdog/evidence/kf-node-2-20261204T170000Z.tar.gz"
+    verdict = {"worker": "http://10.91.0.12:8000", "host": "kf-node-2", "kind": "stuck"}
+    data = evidence_archive(
+        os.path.basename(archive),
+        {
+            "verdict.json": json.dumps(verdict) + "\n",
+            "metrics-1764866390.txt": "vllm:num_requests_running 3\n",
+            "router-workers.json": '{"workers": [{"url": "http://10.91.0.12:8000"}]}\nAuthorization: Bearer sk-x\n',
+        },
+    )
+    states = [
+        slurp_item(json.dumps(STATE).encode(), status_gateway="gw-1"),
+        {"status_gateway": "gw-2", "failed": False, "msg": "File not found: /var/lib/kunlun-watchdog/state.json"},
+        {"status_gateway": "gw-3", "unreachable": True, "msg": "Failed to connect to the host via ssh"},
+    ]
+    evidence = [
+        slurp_item(data, status_evidence_file=["gw-1", archive]),
+        slurp_item(b"garbled", status_evidence_file=["gw-1", archive.replace("170000Z", "180000Z")]),
+        {"status_evidence_file": ["gw-2", archive], "failed": False, "msg": "File is not readable: " + archive},
+    ]
+    index = support.write_watchdog(tmp_path, states, evidence, ["kf-node-1", "kf-node-2"])
+    assert index["gateways"] == {
+        "gw-1": {"state": "read", "file": "watchdog/gw-1/state.json", "error": ""},
+        "gw-2": {"state": "absent", "file": None, "error": ""},
+        "gw-3": {"state": "unreachable", "file": None, "error": "unreachable: Failed to connect to the host via ssh"},
+    }
+    unpacked, garbled, unreadable = index["evidence"]
+    where = "hosts/kf-node-2/watchdog/gw-1/kf-node-2-20261204T170000Z"
+    assert unpacked == {
+        "gateway": "gw-1",
+        "archive": archive,
+        "host": "kf-node-2",
+        "dir": where,
+        "files": ["verdict.json", "metrics-1764866390.txt", "router-workers.json"],
+        "error": "",
+    }
+    assert garbled["dir"] is None and garbled["error"].startswith("not a readable tar.gz")
+    assert unreadable["error"] == "File is not readable: " + archive
+    assert json.loads((tmp_path / "watchdog" / "index.json").read_text()) == index
+    # Masked as the hosts' files are, one masker for all: the same address, the same placeholder.
+    state = json.loads((tmp_path / "watchdog" / "gw-1" / "state.json").read_text())
+    (url,) = state["workers"]
+    assert url == "http://192.0.2.1:8000" and state["workers"][url]["state"] == "quarantined"
+    assert json.loads((tmp_path / where / "verdict.json").read_text())["worker"] == "http://192.0.2.1:8000"
+    router = (tmp_path / where / "router-workers.json").read_text()
+    assert "sk-x" not in router and "Bearer ********" in router and "10.91.0.12" not in router
+    assert (tmp_path / where / "metrics-1764866390.txt").read_text() == "vllm:num_requests_running 3\n"
+    # Plain text all of it (the bundle reads without tools).
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            path.read_bytes().decode("utf-8")
+
+
+def test_no_watchdog_on_any_gateway_leaves_nothing(tmp_path):
+    absent = [{"status_gateway": "gw-1", "failed": False, "msg": "File not found: /var/lib/kunlun-watchdog/state.json"}]
+    for states, evidence in ((None, None), ([], []), (absent, [])):
+        index = support.write_watchdog(tmp_path, states, evidence, ["kf-node-1"])
+        assert index["evidence"] == [] and not (tmp_path / "watchdog").exists()
