@@ -647,7 +647,7 @@ def build_parser():
         allow_abbrev=False,
         epilog="release writes a request on every gateway (playbooks/watchdog_release.yml); the watchdog re-admits "
         "the host at its next round only if readiness and the single-stream figure pass (docs/gateway.md "
-        "\"Watchdog\")",
+        '"Watchdog")',
     )
     p.add_argument("-i", "--inventory", required=True, help="the inventory directory")
     p.add_argument("action", choices=["release"])

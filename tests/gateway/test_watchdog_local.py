@@ -322,6 +322,14 @@ def test_stalled_engine_quarantined_readmitted_after_restart_then_held_when_it_f
     # Still stalled, never re-admitted by itself.
     time.sleep(3)
     assert fleet.worker(1)["state"] == "quarantined" and stalled not in fleet.listed()
+    # Put back by someone else (a router restart, a rollout's restore): out again.
+    get_post(fleet.router_url + "/add_worker?url=" + urllib.parse.quote(stalled, safe=""))
+    fleet.wait_for("host-1 removed again", lambda: stalled not in fleet.listed(), timeout=30)
+    # A restart of the watchdog keeps the quarantine (its state file).
+    fleet.stop_watchdog()
+    fleet.start_watchdog()
+    time.sleep(4)
+    assert fleet.worker(1)["state"] == "quarantined" and stalled not in fleet.listed(), fleet.state()
 
     # A restart that passes readiness and the figure brings it back.
     fleet.restart(1)
