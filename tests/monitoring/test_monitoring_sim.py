@@ -1,12 +1,15 @@
 """Monitoring on the served 3-host sim fleet (suite "monitoring-sim", lane "fleet", after
 the e2e left the fleet served, monitored and behind its gateway): Prometheus on kf-node-1
 (the monitoring group) scrapes every target, every dashboard query returns data, every
-alert expression is one Prometheus evaluates, and two faults raise their alerts once
+alert expression is one Prometheus evaluates, and three faults raise their alerts once
 their `for:` window has passed (never before): a serving unit stopped
-(KunlunServingHostDown) and a device in
-error (KunlunXpuDeviceError, through the accelerator exporter's textfile), both shown by
-`kunlun-fleet status` (the alerts, and the stopped service in its host's row).
-The fleet is put back as it was (the unit started and serving, the fault removed)."""
+(KunlunServingHostDown), a device in error (KunlunXpuDeviceError, through the accelerator
+exporter's textfile) and an engine that stalls under a running container (the stand-in's
+fault below the line: /health still 200, nothing generated): the engine watchdog on the
+gateway quarantines it (KunlunWorkerQuarantined, through the gateway exporter), all shown
+by `kunlun-fleet status` (the alerts, the stopped service and the quarantine in their
+hosts' rows). The fleet is put back as it was (the unit started and serving, the fault
+removed, the stalled host restarted and re-admitted by the watchdog)."""
 
 import json
 import os
@@ -124,9 +127,24 @@ def test_the_registry_certificates_expiry_reaches_prometheus(monitored):
     assert found == {("kf-node-1", "registry"): expected}, found
 
 
-def test_a_stopped_server_and_a_device_in_error_raise_their_alerts(monitored):
+def router_workers():
+    """The gateway's router's list, read on the gateway host (its admin API is loopback only)."""
+    return json.loads(ssh(1, "curl -sf http://127.0.0.1:8081/list_workers").stdout)["urls"]
+
+
+def watchdog_state():
+    out = ssh(1, "cat /var/lib/kunlun-watchdog/state.json", check=False).stdout
+    return json.loads(out) if out.strip() else {}
+
+
+def test_stopped_server_device_error_and_stalled_engine_raise_their_alerts(monitored):
     assert not firing("KunlunServingHostDown") and not firing("KunlunXpuDeviceError")
+    assert not firing("KunlunWorkerQuarantined")
+    assert len(router_workers()) == 3
     ssh(2, "cp %s %s.before-test && echo xpu_error_device=3 >> %s" % (FAULTS, FAULTS, FAULTS))
+    # The engine core hangs in kf-node-2's serving container (the stand-in's fault file,
+    # inside the container: kunlun_fleet/sim/artifacts/README.md, "Engine faults").
+    ssh(2, "docker exec kunlun-serve sh -c 'echo stall > /tmp/kunlun-sim-engine-fault'")
     ssh(3, "systemctl stop kunlun-serve.service")
     started = time.monotonic()
     seen = {}
@@ -140,9 +158,18 @@ def test_a_stopped_server_and_a_device_in_error_raise_their_alerts(monitored):
                     return
                 time.sleep(2)
 
+        def wait_quarantine():
+            while time.monotonic() - started < WAIT_S:
+                alerts = [a for a in firing("KunlunWorkerQuarantined") if a["labels"].get("worker_host") == "kf-node-2"]
+                if alerts:
+                    seen["KunlunWorkerQuarantined"] = (time.monotonic() - started, alerts[0])
+                    return
+                time.sleep(2)
+
         waits = [
             threading.Thread(target=wait, args=("KunlunServingHostDown", "kf-node-3")),
             threading.Thread(target=wait, args=("KunlunXpuDeviceError", "kf-node-2")),
+            threading.Thread(target=wait_quarantine),
         ]
         for t in waits:
             t.start()
@@ -158,12 +185,27 @@ def test_a_stopped_server_and_a_device_in_error_raise_their_alerts(monitored):
             timeout=600,
         )
         shown = proc.stdout
+        quarantine = watchdog_state().get("workers", {})
+        listed = router_workers()
     finally:
         ssh(2, "mv %s.before-test %s" % (FAULTS, FAULTS))
         ssh(3, "systemctl start kunlun-serve.service")
+        # A restart clears the stall (a new container); the watchdog re-admits the host once
+        # it passes readiness and the single-stream figure.
+        ssh(2, "systemctl restart kunlun-serve.service")
     print("alerts fired after: %s" % {k: round(v[0]) for k, v in seen.items()})
-    assert set(seen) == {"KunlunServingHostDown", "KunlunXpuDeviceError"}, seen
+    assert set(seen) == {"KunlunServingHostDown", "KunlunXpuDeviceError", "KunlunWorkerQuarantined"}, (
+        seen,
+        quarantine,
+    )
+    node2 = {url: w for url, w in quarantine.items() if w["host"] == "kf-node-2"}
+    assert [w["state"] for w in node2.values()] == ["quarantined"], quarantine
+    assert [w["kind"] for w in node2.values()] == ["stuck"], quarantine
+    assert not set(node2) & set(listed), listed
+    assert seen["KunlunWorkerQuarantined"][1]["labels"]["kind"] == "stuck"
     for name, (after, alert) in seen.items():
+        if name not in FOR_S:
+            continue
         # not before its `for:` window (the condition began after `started`)
         assert after >= FOR_S[name], (name, after, FOR_S[name])
         assert alert["annotations"]["summary"] and alert["annotations"]["description"], alert
@@ -178,9 +220,17 @@ def test_a_stopped_server_and_a_device_in_error_raise_their_alerts(monitored):
     # fleet; the row's fields are unit-tested in tests/unit/test_status.py.
     line = {row.split(" ", 1)[0]: row for row in shown.splitlines() if row.startswith("kf-node-")}
     assert re.search(r"UNHEALTHY: .*kunlun-serve\.service is (inactive|failed)", line["kf-node-3"]), line
-    assert "UNHEALTHY" not in line["kf-node-1"] and "UNHEALTHY" not in line["kf-node-2"], line
+    assert re.search(r"UNHEALTHY: .*quarantined by the engine watchdog on kf-node-1 \(stuck\)", line["kf-node-2"]), line
+    assert "UNHEALTHY" not in line["kf-node-1"], line
     # the host serves again (the next suites need the fleet served)
     deadline = time.monotonic() + 300
     while ssh(3, "curl -sf -o /dev/null http://127.0.0.1:8000/health", check=False).returncode != 0:
         assert time.monotonic() < deadline, "kf-node-3 did not serve again after its unit was started"
         time.sleep(2)
+    # kf-node-2 back in the gateway by the watchdog's own re-admission (restart, readiness,
+    # figure), as an operator's restart brings a quarantined host back.
+    while len(router_workers()) != 3:
+        assert time.monotonic() < deadline, "kf-node-2 not re-admitted after its restart: %s" % watchdog_state()
+        time.sleep(2)
+    node2 = [w for w in watchdog_state()["workers"].values() if w["host"] == "kf-node-2"][0]
+    assert node2["state"] == "serving" and len(node2["readmissions"]) == 1, node2
