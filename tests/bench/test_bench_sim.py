@@ -156,3 +156,16 @@ def test_the_plan_command_reads_the_run(run):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "64 concurrent requests, TTFT p99 <= 60 s:" in proc.stdout and "assumption:" in proc.stdout
+
+
+def test_the_watchdog_was_paused_for_the_measurements_and_runs_again(run):
+    """Its probes would count in the servers' counters the points are read against (the
+    agreement above): stopped on the gateway for the measurements, started again after."""
+    from kunlun_fleet.sim.testing import ssh
+
+    _, out = run
+    paused = out.split("Bench | Pause the watchdog where it runs")[1].split("TASK [")[0]
+    resumed = out.split("Bench | The watchdog runs again where it ran")[1].split("TASK [")[0]
+    assert "changed: [kf-node-1" in paused, paused
+    assert "changed: [kf-node-1" in resumed, resumed
+    assert ssh(1, "systemctl is-active kunlun-watchdog.service").stdout.strip() == "active"
