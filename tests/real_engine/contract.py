@@ -486,6 +486,148 @@ def stream_chat(c):
     return _stream(c, "/v1/chat/completions", _chat(c, stream=True, stream_options={"include_usage": True}))
 
 
+# Token-level output, as library/golden_outputs.py asks for it (logprobs 0 and
+# return_tokens_as_token_ids, greedy, fixed length): vLLM 0.15.1's
+# OpenAIServingCompletion._create_completion_logprobs (entrypoints/openai/completion/serving.py).
+# The tokens and the keys of top_logprobs are the generated tokens (their ids or texts differ
+# between the two models): the shape is taken with those keys replaced by "<token N>", and
+# what the product relies on is kept as facts.
+TOKEN_ID = re.compile(r"^token_id:\d+$")
+
+
+def _greedy(c, **extra):
+    return _hello(c, **dict({"max_tokens": 6, "temperature": 0, "logprobs": 0}, **extra))
+
+
+def _token_keys(doc):
+    """The document with the keys of every top_logprobs entry replaced by "<token N>"."""
+    if isinstance(doc, dict):
+        out = {}
+        for k, v in doc.items():
+            if k == "top_logprobs" and isinstance(v, list):
+                out[k] = [
+                    {"<token %d>" % i: x for i, x in enumerate(entry.values())} if isinstance(entry, dict) else entry
+                    for entry in v
+                ]
+            else:
+                out[k] = _token_keys(v)
+        return out
+    if isinstance(doc, list):
+        return [_token_keys(x) for x in doc]
+    return doc
+
+
+def _logprob_facts(lp, initial_offset=0):
+    """What the product relies on in a choice's logprobs (None when there are none)."""
+    if not isinstance(lp, dict):
+        return None
+    tokens, top = lp["tokens"], lp["top_logprobs"]
+    offsets, at = [], initial_offset
+    for t in tokens:
+        offsets.append(at)
+        at += len(t)
+    return {
+        "lengths": [len(lp[k]) for k in ("text_offset", "token_logprobs", "tokens", "top_logprobs")],
+        "tokens_are_ids": all(TOKEN_ID.match(t) for t in tokens),
+        "top_first_is_the_token": all(next(iter(e)) == t for e, t in zip(top, tokens, strict=True)),
+        "top_sizes": [len(e) for e in top],
+        "top_logprob_of_the_token": all(e[t] == v for e, t, v in zip(top, tokens, lp["token_logprobs"], strict=True)),
+        "logprobs_at_most_0": all(v <= 0 for v in lp["token_logprobs"]),
+        "text_offset_runs_over_the_token_strings": lp["text_offset"] == offsets,
+    }
+
+
+@point(
+    "token ids of a greedy completion (logprobs 0, return_tokens_as_token_ids): the golden outputs' request",
+    expect=lambda o: (
+        o["status"] == 200
+        and o["facts"] is not None
+        and o["facts"]["tokens_are_ids"]
+        and o["facts"]["lengths"] == [6, 6, 6, 6]
+        and o["facts"]["top_sizes"] == [1] * 6
+        and o["facts"]["text_offset_runs_over_the_token_strings"]
+        and o["usage"] == 6
+    ),
+)
+def token_ids(c):
+    r = c.post("/v1/completions", _greedy(c, return_tokens_as_token_ids=True, repetition_penalty=1.0, n=1))
+    doc = r.json()
+    return {
+        "status": r.status,
+        "shape": shape(_token_keys(doc)),
+        "facts": _logprob_facts(doc["choices"][0]["logprobs"]),
+        "usage": doc["usage"]["completion_tokens"],
+    }
+
+
+@point(
+    "logprobs 0 without return_tokens_as_token_ids: the tokens as text",
+    expect=lambda o: (
+        o["facts"] is not None
+        and not o["facts"]["tokens_are_ids"]
+        and o["facts"]["text_offset_runs_over_the_token_strings"]
+    ),
+)
+def token_texts(c):
+    doc = c.post("/v1/completions", _greedy(c)).json()
+    return {"shape": shape(_token_keys(doc)), "facts": _logprob_facts(doc["choices"][0]["logprobs"])}
+
+
+@point(
+    "logprobs 2: the token and one other in top_logprobs (greedy: the token is the most likely)",
+    expect=lambda o: o is not None and o["top_sizes"] == [2, 2, 2] and o["top_first_is_the_token"],
+)
+def top_two(c):
+    doc = c.post("/v1/completions", _greedy(c, max_tokens=3, logprobs=2, return_tokens_as_token_ids=True)).json()
+    return _logprob_facts(doc["choices"][0]["logprobs"])
+
+
+@point(
+    "return_tokens_as_token_ids without logprobs: logprobs null",
+    expect=lambda o: o == [None],
+)
+def token_ids_without_logprobs(c):
+    doc = c.post("/v1/completions", _hello(c, max_tokens=2, return_tokens_as_token_ids=True)).json()
+    return [ch["logprobs"] for ch in doc["choices"]]
+
+
+@point(
+    "a streamed completion with logprobs: one token a chunk, text_offset the text streamed before it",
+    expect=lambda o: o["per_chunk"] == [[1, True, True]] * 4 and o["offsets_run_over_the_text"],
+)
+def stream_token_ids(c):
+    r = c.post("/v1/completions", _greedy(c, max_tokens=4, return_tokens_as_token_ids=True, stream=True))
+    _, payloads = r.events()
+    docs = [json.loads(p) for p in payloads if p != "[DONE]"]
+    choices = [ch for d in docs for ch in d["choices"]]
+    per_chunk, offsets, text = [], [], 0
+    for ch in choices:
+        lp = ch["logprobs"]
+        if not isinstance(lp, dict):
+            per_chunk.append(None)
+            continue
+        facts = _logprob_facts(lp, lp["text_offset"][0])
+        per_chunk.append([len(lp["tokens"]), facts["tokens_are_ids"], facts["top_first_is_the_token"]])
+        offsets.append(lp["text_offset"][0] == text)
+        text += len(ch["text"])
+    return {
+        "chunk_shapes": shape(_token_keys(docs)),
+        "per_chunk": per_chunk,
+        "offsets_run_over_the_text": bool(offsets) and all(offsets),
+    }
+
+
+@point(
+    "400 for logprobs below 0 and above the maximum (20)",
+    expect=lambda o: o["negative"]["param"] == "logprobs" == o["over"]["param"] and o["over"]["status"] == 400,
+)
+def logprobs_refused(c):
+    return {
+        "negative": error_of(c.post("/v1/completions", _hello(c, logprobs=-1)), message="head"),
+        "over": error_of(c.post("/v1/completions", _hello(c, logprobs=21))),
+    }
+
+
 @point(
     "every metric the product, the alert rules and the dashboard read: type and labels",
     expect=lambda o: all(v["type"] for v in o.values()),

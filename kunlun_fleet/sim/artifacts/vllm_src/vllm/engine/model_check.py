@@ -11,6 +11,7 @@ import json
 import os
 import re
 import struct
+import zlib
 
 from vllm.logger import init_logger
 
@@ -289,6 +290,7 @@ class Tokenizer:
         self.word_level = False
         self.vocab = {}
         self.bpe = None
+        self.bpe_vocab = {}
         path = os.path.join(model_dir, "tokenizer.json")
         try:
             with open(path, encoding="utf-8") as fh:
@@ -301,8 +303,27 @@ class Tokenizer:
                 from vllm.engine.bpe import Encoder
 
                 self.bpe = Encoder(data)
+                self.bpe_vocab = model.get("vocab") or {}
         except (OSError, ValueError, KeyError):
             pass
+
+    def token_id(self, piece: str) -> int:
+        """The id of one generated piece (a word, with its leading space after the first):
+        the sim model's byte-level BPE has every such piece as one token (its id in the
+        vocabulary, so the ids decode to the text); a word-level vocabulary, the word's.
+        A tokenizer that does not know the piece: a stable id from its CRC-32 (not
+        decodable; no model directory of the product's is like that)."""
+        if self.bpe is not None:
+            from vllm.engine.bpe import to_byte_level
+
+            found = self.bpe_vocab.get(to_byte_level(piece))
+            if isinstance(found, int):
+                return found
+        elif self.word_level:
+            found = self.vocab.get(piece.strip())
+            if isinstance(found, int):
+                return found
+        return zlib.crc32(piece.encode("utf-8")) % 150000
 
     def count(self, text: str) -> int:
         if self.bpe is not None:

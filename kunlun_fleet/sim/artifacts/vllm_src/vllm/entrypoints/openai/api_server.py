@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 from vllm.engine import model_check
 from vllm.engine.memory import MemoryModel
 from vllm.engine.metrics import Metrics
-from vllm.engine.pacing import Engine, Sequence, env_float
+from vllm.engine.pacing import WORDS, Engine, Sequence, env_float
 from vllm.entrypoints.openai.cli_args import (
     DEFAULTS,
     FlexibleArgumentParser,
@@ -89,6 +89,36 @@ def request_invalid(kind: str, loc: tuple, msg: str, value, ctx=None):
     if ctx is not None:
         detail["ctx"] = ctx
     return error_body("1 validation error:\n  %r" % (detail,), "Bad Request")
+
+
+class VLLMValidationError(ValueError):
+    """vllm.exceptions.VLLMValidationError as pydantic's account of an error shows it (its repr)."""
+
+
+# vllm 0.15.1's ModelConfig.max_logprobs default (config/model.py), --max-logprobs unset.
+MAX_LOGPROBS = 20
+
+
+def sampled_logprob(seed: int, position: int) -> float:
+    """The stand-in's log-probability of the token it generates at `position`: a value in
+    [-4.0, -0.001], fixed by the sequence's seed (its prompt) and the position, so that a
+    greedy answer is the same, logprobs included, on every run."""
+    h = ((seed ^ (position * 0x9E3779B97F4A7C15)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    h ^= h >> 31
+    return -(1 + h % 3999) / 1000.0
+
+
+def alternatives(seed: int, position: int, piece: str, count: int):
+    """`count` other pieces (words of the vocabulary the engine says, with the position's
+    leading space) for the top_logprobs after the sampled one, each less likely."""
+    lead = " " if position else ""
+    out, step = [], 1
+    while len(out) < count and step <= 4 * len(WORDS):
+        alt = lead + WORDS[(seed + position * 2654435761 + step * 7919) % len(WORDS)]
+        step += 1
+        if alt != piece and alt not in out:
+            out.append(alt)
+    return out
 
 
 class HTTPError(Exception):
@@ -287,6 +317,21 @@ class Server:
 
     # ---------------------------------------------------------------- generation
     def _check_request(self, request, chat):
+        logprobs = request.get("logprobs")
+        if not chat and isinstance(logprobs, int) and logprobs < 0:
+            # CompletionRequest.check_logprobs (entrypoints/openai/completion/protocol.py), a
+            # model validator: FastAPI's validation error, whose param the handler takes
+            # from the VLLMValidationError (api_server.py, validation_exception_handler).
+            why = "`logprobs` must be a positive value."
+            body = request_invalid(
+                "value_error",
+                ("body",),
+                "Value error, %s (parameter=logprobs, value=%s)" % (why, logprobs),
+                request,
+                {"error": VLLMValidationError(why)},
+            )
+            body["error"]["param"] = "logprobs"
+            raise HTTPError(400, body)
         model = request.get("model")
         if model is not None and model not in self.served_names:
             raise HTTPError(404, error_body(f"The model `{model}` does not exist.", "NotFoundError", 404, "model"))
@@ -403,6 +448,7 @@ class Server:
                     )
                 )
                 seqs[-1].first_of_prompt = j == 0
+        logprobs = self.logprobs_of(request, chat)
         for seq in seqs:
             self.engine.add(seq)
         if self.args.enable_log_requests:
@@ -411,8 +457,10 @@ class Server:
         include_usage, continuous = self.stream_usage(request.get("stream_options"))
         try:
             if stream:
-                return await self._stream(conn, seqs, queue, rid, model, created, chat, include_usage, continuous)
-            return await self._complete(conn, seqs, queue, rid, model, created, chat)
+                return await self._stream(
+                    conn, seqs, queue, rid, model, created, chat, include_usage, continuous, logprobs
+                )
+            return await self._complete(conn, seqs, queue, rid, model, created, chat, logprobs)
         finally:
             for seq in seqs:
                 if seq.finished is None:
@@ -421,7 +469,61 @@ class Server:
                         self.engine.waiting.remove(seq)
                         self.engine._finish(seq, "abort", notify=False)
 
-    async def _complete(self, conn, seqs, queue, rid, model, created, chat) -> int:
+    def logprobs_of(self, request, chat):
+        """A completion's token-level output: None (no `logprobs` asked), or (the number
+        of top log-probabilities, tokens as "token_id:N"). Refuses more than --max-logprobs
+        (20 by default) as vllm 0.15.1's InputProcessor._validate_logprobs does
+        (v1/engine/input_processor.py), after the prompt's checks. Chat's logprobs are not
+        reproduced (null)."""
+        num = request.get("logprobs")
+        if chat or not isinstance(num, int) or isinstance(num, bool):
+            return None
+        limit = self.args.max_logprobs if self.args.max_logprobs is not None else MAX_LOGPROBS
+        if limit != -1 and num > limit:
+            raise HTTPError(
+                400,
+                invalid(
+                    "Requested sample logprobs of %d, which is greater than max allowed: %d" % (num, limit),
+                    "logprobs",
+                    num,
+                ),
+            )
+        as_ids = request.get("return_tokens_as_token_ids")
+        if as_ids is None:
+            as_ids = bool(self.args.return_tokens_as_token_ids)
+        return num, bool(as_ids)
+
+    def completion_logprobs(self, seq, pieces, start, logprobs, initial_text_offset=0):
+        """vllm 0.15.1's OpenAIServingCompletion._create_completion_logprobs
+        (entrypoints/openai/completion/serving.py) over the pieces a sequence generated from
+        its token `start` on: each token as its text, or "token_id:N" (N its id in the
+        model's tokenizer, model_check.Tokenizer.token_id); its log-probability; the top
+        log-probabilities, the sampled token first (greedy: it is the most likely), one
+        entry for logprobs 0 and N for N > 0; text_offset from `initial_text_offset`, each
+        the one before plus the length of the token string before it (so in
+        "token_id:N" mode the lengths of those strings, as vllm computes it)."""
+        num, as_ids = logprobs
+
+        def token_string(piece):
+            return "token_id:%d" % self.tokenizer.token_id(piece) if as_ids else piece
+
+        offsets, token_logprobs, tokens, tops = [], [], [], []
+        last_len = 0
+        for k, piece in enumerate(pieces):
+            position = start + k
+            token = token_string(piece)
+            lp = sampled_logprob(seq.seed, position)
+            top = {token: lp}
+            for rank, alt in enumerate(alternatives(seq.seed, position, piece, max(num - 1, 0)), 1):
+                top.setdefault(token_string(alt), round(lp - 0.125 * rank, 6))
+            tokens.append(token)
+            token_logprobs.append(lp)
+            tops.append(top)
+            offsets.append(initial_text_offset if not offsets else offsets[-1] + last_len)
+            last_len = len(token)
+        return {"text_offset": offsets, "token_logprobs": token_logprobs, "tokens": tokens, "top_logprobs": tops}
+
+    async def _complete(self, conn, seqs, queue, rid, model, created, chat, logprobs=None) -> int:
         texts = {s.index: [] for s in seqs}
         reasons = {}
         while len(reasons) < len(seqs):
@@ -464,7 +566,7 @@ class Server:
                     {
                         "index": s.index,
                         "text": text,
-                        "logprobs": None,
+                        "logprobs": self.completion_logprobs(s, texts[s.index], 0, logprobs) if logprobs else None,
                         "finish_reason": reasons[s.index],
                         "stop_reason": None,
                         "token_ids": None,
@@ -515,7 +617,9 @@ class Server:
             return include, include and bool(opts.get("continuous_usage_stats", False))
         return force, False
 
-    async def _stream(self, conn, seqs, queue, rid, model, created, chat, include_usage, continuous=False) -> int:
+    async def _stream(
+        self, conn, seqs, queue, rid, model, created, chat, include_usage, continuous=False, logprobs=None
+    ) -> int:
         """vllm 0.15.1's completion_stream_generator / chat_completion_stream_generator, as
         they serialise: a completions chunk is dumped whole (exclude_unset=False: every
         choice field, and "usage": null unless continuous usage fills it), a chat chunk only
@@ -526,6 +630,7 @@ class Server:
         obj = "chat.completion.chunk" if chat else "text_completion"
         by_index = {s.index: s for s in seqs}
         streamed = {s.index: 0 for s in seqs}
+        text_lens = {s.index: 0 for s in seqs}  # completion_stream_generator's previous_text_lens
 
         def running_usage(index, completion):
             prompt = by_index[index].prompt_tokens
@@ -574,8 +679,15 @@ class Server:
                 done += 1
             if text is None and reason is None:
                 continue
+            token_logprobs = None
+            if logprobs and not chat:
+                pieces = [text] if text is not None else []
+                token_logprobs = self.completion_logprobs(
+                    by_index[index], pieces, streamed[index], logprobs, text_lens[index]
+                )
             if text is not None:
                 streamed[index] += 1
+                text_lens[index] += len(text)
             if chat:
                 # DeltaMessage's validator sets reasoning_content (a copy of reasoning), so
                 # exclude_unset keeps it in every delta; token_ids is set (None unless
@@ -590,7 +702,7 @@ class Server:
                 choice = {
                     "index": index,
                     "text": text or "",
-                    "logprobs": None,
+                    "logprobs": token_logprobs,
                     "finish_reason": reason,
                     "stop_reason": None,
                     "prompt_token_ids": None,
