@@ -1,0 +1,620 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kunlun-fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: golden_outputs
+short_description: Record a server's greedy outputs for a fixed prompt set, or compare another server's with them
+description:
+  - The golden-output check of a stack upgrade (docs/upgrades.md) - record the outputs of the host that stays on
+    the current stack (the baseline), then compare the outputs of the host on the new stack (the canary) with
+    that record, token id for token id.
+  - For every prompt, one at a time (a batch of one, so batching cannot change the numerics), one
+    C(POST {url}/v1/completions) with greedy decoding and a fixed length - C(temperature 0),
+    C(repetition_penalty 1), C(max_tokens) I(max_tokens), C(ignore_eos true) - and the token-level output of
+    vLLM's OpenAI-compatible server - C(logprobs 0) with C(return_tokens_as_token_ids true), which makes
+    C(choices[0].logprobs.tokens) the generated tokens as C(token_id:<id>) strings (vLLM 0.15.1,
+    C(entrypoints/openai/completion/serving.py), C(OpenAIServingCompletion._create_completion_logprobs)).
+    Token ids are compared, never text (a text can re-tokenize differently).
+  - I(mode=record) returns the outputs (register it; it is the I(baseline) of a compare). A prompt that comes
+    back shorter than I(max_tokens) fails the record (a golden output has a fixed length).
+  - I(mode=compare) generates the same prompts with the same I(max_tokens) (both taken from the I(baseline))
+    and returns the verdict - per prompt, the index of the first token that differs; C(passed) when every
+    prompt is identical or, with I(tolerance), when every first divergence is at index
+    I(tolerance.min_agreeing_tokens) or later. Prompts and tokens are counted from 0 (a divergence at token 5 -
+    tokens 0 to 4 agree). A failed verdict is a result, not a module failure - the
+    canary gate (module_utils/canary.py) reads C(passed) and C(verdict); a play that should stop uses
+    C(failed_when).
+  - Fails, naming the URL and the fix, when the server refuses the key or the model, does not answer, or
+    answers without token ids (a server that ignores C(logprobs) or C(return_tokens_as_token_ids)).
+  - Changes nothing on the server. Check mode runs as a normal run - the completions only read.
+  - Standard library and ansible-core's C(open_url) only; Python 3.8+.
+options:
+  url:
+    description: Base URL of the serving host, without C(/v1) (for example C(http://10.20.1.11:8000)).
+    type: str
+    required: true
+  api_key:
+    description: The server's API key (its C(--api-key) or C(VLLM_API_KEY)). Omit for a server without one.
+    type: str
+  model:
+    description: The served model name (the server's C(--served-model-name)).
+    type: str
+    required: true
+  prompts:
+    description:
+      - The prompts (I(mode=record)). Omitted - the module's built-in set of 8 short prompts of different
+        kinds (facts, arithmetic, code, translation, a story, Chinese), returned in C(prompts).
+      - In I(mode=compare) the baseline's prompts are used; a different list given here fails.
+    type: list
+    elements: str
+  max_tokens:
+    description:
+      - Tokens generated per prompt (I(mode=record)). Omitted - 32.
+      - In I(mode=compare) the baseline's value is used; a different value given here fails.
+    type: int
+  mode:
+    description: C(record) returns the outputs; C(compare) compares them with I(baseline).
+    type: str
+    choices: [record, compare]
+    default: record
+  baseline:
+    description: The registered result of a I(mode=record) run on the baseline host. Required with I(mode=compare).
+    type: dict
+  tolerance:
+    description:
+      - For stacks known to change numerics - how much of each output must agree. Omitted - exact (every token).
+    type: dict
+    suboptions:
+      min_agreeing_tokens:
+        description:
+          - The first divergence of every prompt must be at this token index or later (that many leading tokens
+            equal). 0 - exact.
+        type: int
+        default: 0
+  timeout:
+    description: Seconds one completion may take.
+    type: float
+    default: 120
+  validate_certs:
+    description: Verify the server certificate of an C(https) URL.
+    type: bool
+    default: true
+  use_proxy:
+    description: Honour C(http_proxy)/C(https_proxy) of the environment.
+    type: bool
+    default: false
+notes:
+  - Check mode - runs as normal (it only reads).
+  - The server must be otherwise idle for the figures of a canary, not for this check - a request waits its
+    turn, and each prompt runs alone.
+author:
+  - kunlun-fleet contributors (@kunlun-fleet)
+"""
+
+EXAMPLES = r"""
+- name: Record the golden outputs on the baseline host
+  golden_outputs:
+    url: "http://{{ baseline_host }}:8000"
+    api_key: "{{ vault_kunlun_api_key }}"
+    model: Qwen3.8-27B-INT8-W8A8-Dynamic
+  register: golden_baseline
+
+- name: Compare the canary's with them (the first 16 tokens of every prompt must agree)
+  golden_outputs:
+    url: "http://{{ canary_host }}:8000"
+    api_key: "{{ vault_kunlun_api_key }}"
+    model: Qwen3.8-27B-INT8-W8A8-Dynamic
+    mode: compare
+    baseline: "{{ golden_baseline }}"
+    tolerance:
+      min_agreeing_tokens: 16
+  register: golden_canary
+  failed_when: not golden_canary.passed
+"""
+
+RETURN = r"""
+url:
+  description: The server asked.
+  returned: always
+  type: str
+model:
+  description: The model name asked for.
+  returned: always
+  type: str
+prompts:
+  description: The prompts, in order.
+  returned: always
+  type: list
+  elements: str
+max_tokens:
+  description: Tokens generated per prompt.
+  returned: always
+  type: int
+outputs:
+  description: The server's output per prompt, in the order of C(prompts) (in I(mode=compare), the canary's).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    token_ids:
+      description: The generated token ids.
+      type: list
+      elements: int
+    text:
+      description: The generated text.
+      type: str
+    token_logprobs:
+      description: The log-probability of each generated token.
+      type: list
+      elements: float
+    finish_reason:
+      description: C(length) for a full-length output.
+      type: str
+digest:
+  description: SHA-256 of the token ids of all outputs (equal digests - equal outputs).
+  returned: always
+  type: str
+passed:
+  description: The verdict (I(mode=compare)).
+  returned: compare
+  type: bool
+verdict:
+  description: One line - equal, within the tolerance, or the first failing prompt with its divergence and both
+    continuations.
+  returned: compare
+  type: str
+  sample: "outputs differ: prompt 3 ('def fibonacci(n):') diverges at token 5 of 32, after '    if n' (baseline
+    ' <= 1:', canary ' < 2:')"
+failing:
+  description: The indexes of the prompts that fail (diverge before the tolerance allows).
+  returned: compare
+  type: list
+  elements: int
+divergences:
+  description: Per prompt - C(index), C(diverges_at) (the first differing token index; null when identical),
+    C(passed), C(baseline_tokens) and C(canary_tokens) (lengths), C(context) (the end of the text both share),
+    C(baseline_excerpt) and C(canary_excerpt) (the texts from where they differ), C(texts_equal),
+    C(baseline_logprob) and C(canary_logprob) (the two tokens' log-probabilities there) and, when the canary
+    stopped early, C(canary_stopped) (its finish_reason).
+  returned: compare
+  type: list
+  elements: dict
+tolerance:
+  description: The tolerance applied, C(min_agreeing_tokens) (0 - exact).
+  returned: compare
+  type: dict
+baseline_digest:
+  description: The baseline's C(digest).
+  returned: compare
+  type: str
+"""
+
+import hashlib
+import json
+import re
+
+from urllib.error import HTTPError
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import open_url
+
+DEFAULT_MAX_TOKENS = 32
+# Short and of different kinds, so that a numerics change shows in some of them: a fact, a
+# plain sentence, arithmetic, code, a list, translation, a story opening, and Chinese
+# (multi-byte text, the fleet's users' language).
+DEFAULT_PROMPTS = [
+    "The capital of France is",
+    "Write one short sentence about the sea.",
+    "Q: What is 17 multiplied by 3?\nA:",
+    "def fibonacci(n):",
+    "List three prime numbers:",
+    "Translate to French: Good morning, how are you?",
+    "Once upon a time, in a small village by the mountains,",
+    "请用一句话介绍长城。",
+]
+TOKEN_ID = re.compile(r"^token_id:(-?\d+)$")
+EXCERPT_CHARS = 40
+CONTEXT_CHARS = 32
+
+
+class Failed(Exception):
+    """The outputs could not be obtained; the message names what and the fix."""
+
+
+# ----------------------------------------------------------------------------- comparison
+def first_divergence(baseline_ids, canary_ids):
+    """The index of the first token that differs; the shorter length when one is a prefix
+    of the other; None when identical."""
+    for index, (a, b) in enumerate(zip(baseline_ids, canary_ids)):
+        if a != b:
+            return index
+    if len(baseline_ids) != len(canary_ids):
+        return min(len(baseline_ids), len(canary_ids))
+    return None
+
+
+def _common_prefix(a, b):
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _excerpt(text, chars=EXCERPT_CHARS):
+    return text if len(text) <= chars else text[:chars] + "..."
+
+
+def _short_prompt(prompt, chars=40):
+    return repr(prompt if len(prompt) <= chars else prompt[:chars] + "...")
+
+
+def compare(baseline_outputs, canary_outputs, max_tokens, min_agreeing_tokens=0, prompts=None):
+    """The verdict on two lists of outputs (dicts with token_ids, text and, optionally,
+    token_logprobs and finish_reason), prompt by prompt in the same order. Returns
+    {passed, verdict, failing, divergences}."""
+    k = int(min_agreeing_tokens or 0)
+    prompts = prompts or [None] * len(baseline_outputs)
+    divergences, failing = [], []
+    for index, (base, canary) in enumerate(zip(baseline_outputs, canary_outputs)):
+        b_ids, c_ids = list(base.get("token_ids") or []), list(canary.get("token_ids") or [])
+        at = first_divergence(b_ids, c_ids)
+        ok = at is None or (k > 0 and at >= k)
+        entry = {
+            "index": index,
+            "diverges_at": at,
+            "passed": ok,
+            "baseline_tokens": len(b_ids),
+            "canary_tokens": len(c_ids),
+            "baseline_excerpt": None,
+            "canary_excerpt": None,
+            "context": None,
+            "texts_equal": None,
+            "baseline_logprob": None,
+            "canary_logprob": None,
+        }
+        if at is not None:
+            b_text, c_text = str(base.get("text") or ""), str(canary.get("text") or "")
+            same = _common_prefix(b_text, c_text)
+            context = b_text[:same]
+            entry.update(
+                baseline_excerpt=_excerpt(b_text[same:]),
+                canary_excerpt=_excerpt(c_text[same:]),
+                context=("..." + context[-CONTEXT_CHARS:]) if len(context) > CONTEXT_CHARS else context,
+                texts_equal=b_text == c_text,
+                baseline_logprob=_at(base.get("token_logprobs"), at),
+                canary_logprob=_at(canary.get("token_logprobs"), at),
+            )
+            if canary.get("finish_reason") and len(c_ids) < len(b_ids) and at == len(c_ids):
+                entry["canary_stopped"] = canary.get("finish_reason")
+        divergences.append(entry)
+        if not ok:
+            failing.append(index)
+    if len(canary_outputs) != len(baseline_outputs):
+        # The caller checks this; a shorter list never passes.
+        failing.append(min(len(canary_outputs), len(baseline_outputs)))
+    passed = not failing
+    return {
+        "passed": passed,
+        "verdict": _verdict(divergences, failing, prompts, max_tokens, k, len(baseline_outputs)),
+        "failing": failing,
+        "divergences": divergences,
+    }
+
+
+def _at(values, index):
+    try:
+        return values[index]
+    except (TypeError, IndexError, KeyError):
+        return None
+
+
+def describe(entry, prompt, max_tokens):
+    """One prompt's divergence in words."""
+    text = "prompt %d%s diverges at token %d of %d" % (
+        entry["index"],
+        " (%s)" % _short_prompt(prompt) if prompt is not None else "",
+        entry["diverges_at"],
+        max_tokens,
+    )
+    if entry.get("canary_stopped"):
+        return text + " (the canary stopped after %d tokens, finish_reason %s)" % (
+            entry["canary_tokens"],
+            entry["canary_stopped"],
+        )
+    if entry["texts_equal"]:
+        return text + " (the texts are equal: the token ids differ, the same text tokenized differently)"
+    if entry["context"]:
+        text += ", after %r" % entry["context"]
+    return text + " (baseline %r, canary %r)" % (entry["baseline_excerpt"], entry["canary_excerpt"])
+
+
+def _verdict(divergences, failing, prompts, max_tokens, k, count):
+    diverged = [d for d in divergences if d["diverges_at"] is not None]
+    if failing:
+        first = failing[0]
+        if first >= len(divergences):
+            return "outputs differ: the canary returned %d outputs for %d prompts" % (len(divergences), count)
+        message = "outputs differ: " + describe(divergences[first], prompts[first], max_tokens)
+        if k:
+            message += "; the tolerance needs %d agreeing tokens" % k
+        rest = [divergences[i] for i in failing[1:] if i < len(divergences)]
+        if rest:
+            message += "; %d more prompt%s fail%s: %s" % (
+                len(rest),
+                "s" if len(rest) > 1 else "",
+                "" if len(rest) > 1 else "s",
+                ", ".join("%d (token %d)" % (d["index"], d["diverges_at"]) for d in rest),
+            )
+        return message
+    if not diverged:
+        return "outputs equal: %d prompts, %d tokens each, token for token" % (count, max_tokens)
+    earliest = min(diverged, key=lambda d: d["diverges_at"])
+    return (
+        "outputs agree within the tolerance: %d of %d prompts diverge, the earliest at token %d of %d "
+        "(prompt %d; needs >= %d); the other %d equal token for token"
+        % (len(diverged), count, earliest["diverges_at"], max_tokens, earliest["index"], k, count - len(diverged))
+    )
+
+
+def digest(outputs):
+    ids = [list(o.get("token_ids") or []) for o in outputs]
+    return hashlib.sha256(json.dumps(ids, separators=(",", ":")).encode("utf-8")).hexdigest()
+
+
+# ----------------------------------------------------------------------------- the server
+def completion_body(model, prompt, max_tokens):
+    """The request: greedy, fixed length, token ids in the answer."""
+    return {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "repetition_penalty": 1.0,
+        "ignore_eos": True,
+        "n": 1,
+        "stream": False,
+        "logprobs": 0,
+        "return_tokens_as_token_ids": True,
+    }
+
+
+def parse_answer(doc, where):
+    """{token_ids, text, token_logprobs, finish_reason} from a completion; Failed otherwise."""
+    try:
+        choice = doc["choices"][0]
+    except (KeyError, IndexError, TypeError):
+        raise Failed(
+            "%s answered without choices: %s. Fix: url must be vLLM's OpenAI-compatible server"
+            % (where, json.dumps(doc)[:200])
+        ) from None
+    logprobs = choice.get("logprobs")
+    tokens = logprobs.get("tokens") if isinstance(logprobs, dict) else None
+    if not isinstance(tokens, list):
+        raise Failed(
+            "%s answered without token-level output (choices[0].logprobs is %s): the server ignores the "
+            "logprobs parameter. Fix: the server must be vLLM's OpenAI-compatible server (logprobs and "
+            "return_tokens_as_token_ids, vLLM 0.5 or later)" % (where, json.dumps(logprobs)[:100])
+        )
+    ids = []
+    for token in tokens:
+        m = TOKEN_ID.match(str(token))
+        if not m:
+            raise Failed(
+                "%s answered tokens as text (%r), not as token_id:<id>: the server ignores "
+                "return_tokens_as_token_ids. Fix: a vLLM that supports it (0.5 or later)" % (where, token)
+            )
+        ids.append(int(m.group(1)))
+    usage = doc.get("usage") or {}
+    reported = usage.get("completion_tokens")
+    if isinstance(reported, int) and reported != len(ids):
+        raise Failed(
+            "%s reported %d completion tokens but returned %d token ids. Fix: look at the server (an "
+            "incomplete answer)" % (where, reported, len(ids))
+        )
+    token_logprobs = logprobs.get("token_logprobs")
+    return {
+        "token_ids": ids,
+        "text": str(choice.get("text") or ""),
+        "token_logprobs": list(token_logprobs) if isinstance(token_logprobs, list) else [],
+        "finish_reason": choice.get("finish_reason"),
+    }
+
+
+def generate(params, prompts, max_tokens, post=None):
+    """The outputs for every prompt, one request each, in order; raises Failed."""
+    base = params["url"].rstrip("/")
+    if base.endswith("/v1"):
+        base = base[:-3]
+    where = "POST %s/v1/completions" % base
+    post = post or _post
+    outputs = []
+    for index, prompt in enumerate(prompts):
+        body = completion_body(params["model"], prompt, max_tokens)
+        doc = post(base + "/v1/completions", body, params, where, index)
+        outputs.append(parse_answer(doc, "%s (prompt %d)" % (where, index)))
+    return outputs
+
+
+def _post(url, body, params, where, index):
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    if params.get("api_key"):
+        headers["Authorization"] = "Bearer %s" % params["api_key"]
+    try:
+        resp = open_url(
+            url,
+            data=json.dumps(body).encode("utf-8"),
+            headers=headers,
+            method="POST",
+            timeout=params["timeout"],
+            validate_certs=params["validate_certs"],
+            use_proxy=params["use_proxy"],
+            use_netrc=False,
+        )
+        try:
+            raw = resp.read()
+        finally:
+            resp.close()
+    except HTTPError as exc:
+        raise Failed(_http_error(exc, where, index, params)) from None
+    except Exception as exc:  # noqa: BLE001 - refused, reset, timed out, no route: no answer
+        reason = getattr(exc, "reason", None) or exc
+        raise Failed(
+            "%s (prompt %d) got no answer: %s. Fix: start the server, or wait until it is ready (the "
+            "serving_ready module), and check url; a completion slower than %s s needs a larger timeout"
+            % (where, index, reason, params["timeout"])
+        ) from None
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise Failed(
+            "%s (prompt %d) answered something that is not JSON: %r. Fix: url must be vLLM's OpenAI-compatible "
+            "server" % (where, index, raw[:200])
+        ) from None
+
+
+def _http_error(exc, where, index, params):
+    try:
+        body = exc.read().decode("utf-8", "replace")
+    except Exception:  # noqa: BLE001 - the body may be gone with the connection
+        body = ""
+    message = body.strip()[:300]
+    try:
+        err = json.loads(body).get("error")
+        if isinstance(err, dict) and err.get("message"):
+            message = str(err["message"]).split("\n\n", 1)[0][:300]
+        elif isinstance(err, str) and err:
+            message = err  # vLLM's 401: {"error": "Unauthorized"}
+    except (ValueError, AttributeError):
+        pass
+    message = message.rstrip(". ")
+    if exc.code in (401, 403):
+        fix = "pass the key the server was started with (the vault's vault_kunlun_api_key) as api_key"
+    elif exc.code == 404:
+        fix = "set model to the server's --served-model-name (GET /v1/models lists it)"
+    elif exc.code == 400:
+        fix = "the server refused the request; a prompt plus max_tokens over its --max-model-len needs fewer tokens"
+    else:
+        fix = "read the server's log (an engine error)"
+    return "%s (prompt %d) answered HTTP %d: %s. Fix: %s" % (where, index, exc.code, message or exc.reason, fix)
+
+
+# ----------------------------------------------------------------------------- the module
+def check_baseline(baseline):
+    """(prompts, max_tokens, outputs) of a record; Failed when it is not one."""
+    fix = "Fix: pass the registered result of a golden_outputs task with mode record (baseline: '{{ result }}')"
+    if not isinstance(baseline, dict):
+        raise Failed("baseline is not a golden_outputs record. " + fix)
+    if baseline.get("failed"):
+        raise Failed("the baseline record failed (%s). %s" % (str(baseline.get("msg"))[:200], fix))
+    kinds = (("prompts", list), ("outputs", list), ("max_tokens", int))
+    missing = [key for key, kind in kinds if not isinstance(baseline.get(key), kind)]
+    if missing:
+        raise Failed("baseline has no %s: it is not a golden_outputs record. %s" % (" or ".join(missing), fix))
+    prompts, outputs, max_tokens = baseline["prompts"], baseline["outputs"], baseline["max_tokens"]
+    if len(prompts) != len(outputs) or not prompts:
+        raise Failed("baseline has %d prompts and %d outputs. %s" % (len(prompts), len(outputs), fix))
+    for index, out in enumerate(outputs):
+        ids = out.get("token_ids") if isinstance(out, dict) else None
+        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            raise Failed("baseline output %d has no list of token ids. %s" % (index, fix))
+    return [str(p) for p in prompts], max_tokens, outputs
+
+
+def run(module, post=None):
+    """The module's work; returns the result or raises Failed."""
+    p = module.params
+    mode = p["mode"]
+    result = dict(changed=False, url=p["url"], model=p["model"])
+    if mode == "compare":
+        if p["baseline"] is None:
+            raise Failed("mode compare needs baseline. Fix: pass the registered result of a mode record run")
+        prompts, max_tokens, base_outputs = check_baseline(p["baseline"])
+        if p["prompts"] is not None and list(p["prompts"]) != prompts:
+            raise Failed(
+                "prompts differ from the baseline's (%d given, %d recorded): a compare generates the baseline's "
+                "prompts. Fix: leave prompts out in mode compare" % (len(p["prompts"]), len(prompts))
+            )
+        if p["max_tokens"] is not None and p["max_tokens"] != max_tokens:
+            raise Failed(
+                "max_tokens %d differs from the baseline's %d: a compare generates as many tokens as the record. "
+                "Fix: leave max_tokens out in mode compare" % (p["max_tokens"], max_tokens)
+            )
+    else:
+        if p["baseline"] is not None:
+            raise Failed("baseline is given but mode is record. Fix: mode compare to compare with it")
+        prompts = list(p["prompts"]) if p["prompts"] is not None else list(DEFAULT_PROMPTS)
+        max_tokens = p["max_tokens"] if p["max_tokens"] is not None else DEFAULT_MAX_TOKENS
+    k = int((p["tolerance"] or {}).get("min_agreeing_tokens") or 0)
+    if k < 0 or k > max_tokens:
+        raise Failed(
+            "tolerance.min_agreeing_tokens is %d; it must be between 0 (exact) and max_tokens (%d)" % (k, max_tokens)
+        )
+
+    outputs = generate(p, prompts, max_tokens, post)
+    result.update(prompts=prompts, max_tokens=max_tokens, outputs=outputs, digest=digest(outputs))
+    if mode == "record":
+        for index, out in enumerate(outputs):
+            if len(out["token_ids"]) != max_tokens:
+                raise Failed(
+                    "prompt %d came back with %d tokens of %d (finish_reason %s): the server did not honour "
+                    "ignore_eos. Fix: a vLLM server (ignore_eos is its sampling parameter), or fewer max_tokens "
+                    "than its --max-model-len allows" % (index, len(out["token_ids"]), max_tokens, out["finish_reason"])
+                )
+        return result
+    verdict = compare(base_outputs, outputs, max_tokens, k, prompts)
+    result.update(verdict)
+    result.update(tolerance={"min_agreeing_tokens": k}, baseline_digest=digest(base_outputs))
+    return result
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            url=dict(type="str", required=True),
+            api_key=dict(type="str", no_log=True),
+            model=dict(type="str", required=True),
+            prompts=dict(type="list", elements="str"),
+            max_tokens=dict(type="int", no_log=False),  # a count, not a secret
+            mode=dict(type="str", choices=["record", "compare"], default="record"),
+            baseline=dict(type="dict"),
+            tolerance=dict(
+                type="dict",
+                # a count of tokens, not a secret
+                options=dict(min_agreeing_tokens=dict(type="int", default=0, no_log=False)),
+            ),
+            timeout=dict(type="float", default=120.0),
+            validate_certs=dict(type="bool", default=True),
+            use_proxy=dict(type="bool", default=False),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    if not p["url"].startswith(("http://", "https://")):
+        module.fail_json(
+            msg="url %r is not an http:// or https:// URL. Fix: give the serving host's base URL, for example "
+            "http://10.20.1.11:8000" % p["url"]
+        )
+    if p["max_tokens"] is not None and p["max_tokens"] < 1:
+        module.fail_json(msg="max_tokens is %d; it must be 1 or more. Fix: leave it out (32)" % p["max_tokens"])
+    if p["timeout"] <= 0:
+        module.fail_json(msg="timeout is %s; it must be positive. Fix: leave the default (120)" % p["timeout"])
+    if p["prompts"] is not None and (not p["prompts"] or not all(str(x).strip() for x in p["prompts"])):
+        module.fail_json(msg="prompts is empty or holds an empty prompt. Fix: leave it out for the built-in set")
+    try:
+        result = run(module)
+    except Failed as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
