@@ -197,3 +197,26 @@ def fresh_host(_hosts_to_reset):
         return index
 
     yield make
+
+
+def router_venv(venv):
+    """The pinned vllm-router (kunlun_stack_gateway_router) from the sim's wheelhouse
+    (downloaded once into the sim cache when absent, as the sim bundle's build does), in a
+    venv of the tests' own Python at `venv`; returns its vllm-router executable."""
+    import yaml
+
+    from . import bundle
+
+    pins = yaml.safe_load(open(os.path.join(REPO, "roles/kunlun_stack/defaults/main.yml")))
+    pin = pins["kunlun_stack_gateway_router"]
+    assert "%d.%d" % sys.version_info[:2] == str(pin["python"]), (
+        "the router's wheelhouse is for CPython %s; these tests run on %s" % (pin["python"], sys.version.split()[0])
+    )
+    wheelhouse = bundle.fetch_wheelhouse(pins)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run(
+        [os.path.join(str(venv), "bin/pip"), "install", "-q", "--no-index", "--find-links", wheelhouse,
+         "%s==%s" % (pin["package"], pin["version"])],
+        check=True,
+    )  # fmt: skip
+    return os.path.join(str(venv), "bin", "vllm-router")

@@ -26,7 +26,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "bench"))
@@ -218,19 +217,9 @@ class Fleet:
 @pytest.fixture(scope="module")
 def router_bin(tmp_path_factory):
     """The pinned vllm-router, from the sim's wheelhouse, in a venv of the tests' Python."""
-    from kunlun_fleet.sim import bundle
+    from kunlun_fleet.sim.testing import router_venv
 
-    pins = yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text())
-    pin = pins["kunlun_stack_gateway_router"]
-    wheelhouse = bundle.fetch_wheelhouse(pins)
-    venv = tmp_path_factory.mktemp("router") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run(
-        [str(venv / "bin/pip"), "install", "-q", "--no-index", "--find-links", wheelhouse,
-         "%s==%s" % (pin["package"], pin["version"])],
-        check=True,
-    )  # fmt: skip
-    return venv / "bin" / "vllm-router"
+    return Path(router_venv(tmp_path_factory.mktemp("router") / "venv"))
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -601,31 +600,17 @@ def request(method, url, timeout=30):
 
 @pytest.fixture(scope="module")
 def real_router(tmp_path_factory):
-    """The pinned vllm-router from the sim's wheelhouse (downloaded once into the sim cache
-    when absent, as the sim bundle's build does), in a venv of the tests' own Python (the
-    pin's), on loopback in front of two stand-in workers."""
-    import yaml
+    """The pinned vllm-router from the sim's wheelhouse, in a venv of the tests' own Python
+    (kunlun_fleet.sim.testing.router_venv), on loopback in front of two stand-in workers."""
+    from kunlun_fleet.sim.testing import router_venv
 
-    from kunlun_fleet.sim import bundle
-
-    pins = yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text())
-    pin = pins["kunlun_stack_gateway_router"]
-    assert "%d.%d" % sys.version_info[:2] == str(pin["python"]), (
-        "the router's wheelhouse is for CPython %s; these tests run on %s" % (pin["python"], sys.version.split()[0])
-    )
-    wheelhouse = bundle.fetch_wheelhouse(pins)
     venv = tmp_path_factory.mktemp("router") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run(
-        [str(venv / "bin/pip"), "install", "-q", "--no-index", "--find-links", wheelhouse,
-         "%s==%s" % (pin["package"], pin["version"])],
-        check=True,
-    )  # fmt: skip
+    router = router_venv(venv)
     workers = [StandInWorker(), StandInWorker()]
     port, metrics = free_port(), free_port()
     log = open(venv.parent / "router.log", "w")
     proc = subprocess.Popen(
-        [str(venv / "bin/vllm-router"), "--host", "127.0.0.1", "--port", str(port),
+        [router, "--host", "127.0.0.1", "--port", str(port),
          "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics),
          "--worker-urls", *[w.url for w in workers], "--policy", "power_of_two",
          "--health-check-interval-secs", "1", "--worker-startup-timeout-secs", "2",
