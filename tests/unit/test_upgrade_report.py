@@ -248,3 +248,15 @@ def test_the_schema_check_names_a_bad_value(change, message):
     r["steps"][2]["result"] = "done"
     with pytest.raises(report.SchemaError, match=r"steps\[2\] \(distribute image\) result is 'done'"):
         report.check(r)
+
+
+def test_figures_and_series_as_canary_measure_returns_them():
+    """library/canary_measure.py's figures carry more than the gate reads (requests, errors,
+    the canary's outputs) and its last second may be a part of one: both render as they are."""
+    r = fixture("rolled-back")
+    r["figures"]["canary"].update(outputs=r["outputs"], requests=320, completed=320, errors={}, duration_s=30.4)
+    r["series"]["canary"][-1] = [30.4, 290.0]
+    assert report.render_md(r) == report.render_md(fixture("rolled-back"))
+    lines = [a for t, a in parse(report.render_html(r)).tags if t == "polyline"]
+    # the axis runs to the tick above, 40 s; the plot from x 64 to 744
+    assert lines[1]["points"].split()[-1].startswith("%.1f," % (64 + 680 * 30.4 / 40))
