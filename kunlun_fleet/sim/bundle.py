@@ -3,6 +3,7 @@ into a bundle by the product's own builder (`kunlun-fleet bundle build`, kunlun_
 
     python -m kunlun_fleet.sim.bundle build --out DIR [--force] [--with-base-image]
     python -m kunlun_fleet.sim.bundle verify --out DIR
+    python -m kunlun_fleet.sim.bundle stack --stack-commit C --base DIR OUT
 
 This module writes what a vendor delivers, with the vendor's file names, into a vendor
 directory of its own, next to `out`:
@@ -37,6 +38,7 @@ Files in the bundle outside the layout the builder fills (images/ without
 """
 
 import argparse
+import copy
 import fcntl
 import glob
 import gzip
@@ -112,13 +114,22 @@ KUNLUN_OPS_SRC = os.path.join(ARTIFACTS, "kunlun_ops_src", "kunlun_ops")
 
 # Other vllm-kunlun commits the tests build images with (artifacts/vllm_kunlun_variants/):
 # commit -> version. See that directory's README.
-VLLM_KUNLUN_VARIANTS = {"2fda97b": "0.25.1.dev0"}
+VLLM_KUNLUN_VARIANTS = {
+    "2fda97b": "0.25.1.dev0",
+    # Candidates of the same release line (a dev version does not change per commit).
+    "7c1e0a2": "0.15.1.dev0",
+    "b3f9d41": "0.15.1.dev0",
+    "e5a7c83": "0.15.1.dev0",
+}
 # The full ids of the stand-in commits, as git archive records them. Neither commit is in
 # the public vLLM-Kunlun history: past their short ids (the notes') the digits are made
 # up, and so is the commit time every member carries.
 VLLM_KUNLUN_COMMIT_IDS = {
     "4885de2": "4885de2" + hashlib.sha1(b"vllm-kunlun 4885de2 stand-in").hexdigest()[:33],
     "2fda97b": "2fda97b" + hashlib.sha1(b"vllm-kunlun 2fda97b stand-in").hexdigest()[:33],
+    "7c1e0a2": "7c1e0a2" + hashlib.sha1(b"vllm-kunlun 7c1e0a2 stand-in").hexdigest()[:33],
+    "b3f9d41": "b3f9d41" + hashlib.sha1(b"vllm-kunlun b3f9d41 stand-in").hexdigest()[:33],
+    "e5a7c83": "e5a7c83" + hashlib.sha1(b"vllm-kunlun e5a7c83 stand-in").hexdigest()[:33],
 }
 VLLM_KUNLUN_COMMIT_TIME = 1773216950  # 2026-03-11, a 0.15.1-era date (8986d8c's)
 
@@ -130,6 +141,8 @@ def vllm_kunlun_tarball(members: dict, commit: str) -> bytes:
 
 
 VARIANTS_DIR = os.path.join(ARTIFACTS, "vllm_kunlun_variants")
+# The commit artifacts/vllm_kunlun_src is, and the version its files declare.
+VLLM_KUNLUN_SRC = {"version": "0.15.1.dev0", "commit": "4885de2"}
 
 
 def load_pins(path: str = PINS_FILE) -> dict:
@@ -577,10 +590,17 @@ def build_vllm_kunlun_variant(out: str, commit: str = "2fda97b", pins: dict = No
     package reports the variant everywhere (metadata, __commit__, _kunlun.version()), in
     git archive's form with the variant's commit in the pax header.
     Not part of the bundle build: for tests that build an image with a bad combination."""
+    rel, data = vllm_kunlun_variant(commit)
+    _write(os.path.join(out, rel), data)
+    return rel
+
+
+def vllm_kunlun_variant(commit: str) -> tuple:
+    """(src/vllm-kunlun-<version>-<commit>.tar.gz, its bytes) of a variant commit (see
+    build_vllm_kunlun_variant)."""
     if commit not in VLLM_KUNLUN_VARIANTS:
         raise ValueError(f"unknown vllm-kunlun variant {commit!r} (known: {sorted(VLLM_KUNLUN_VARIANTS)})")
-    pins = pins or load_pins()
-    base = component(pins, "vllm_kunlun")
+    base = VLLM_KUNLUN_SRC  # the tree's own strings, whatever the pins say
     version = VLLM_KUNLUN_VARIANTS[commit]
     members = tree_files(os.path.join(ARTIFACTS, "vllm_kunlun_src"))
     members.update(tree_files(os.path.join(VARIANTS_DIR, commit)))
@@ -588,10 +608,7 @@ def build_vllm_kunlun_variant(out: str, commit: str = "2fda97b", pins: dict = No
         members[name] = data.replace(base["version"].encode(), version.encode()).replace(
             base["commit"].encode(), commit.encode()
         )
-    rel = f"src/vllm-kunlun-{version}-{commit}.tar.gz"
-    data = vllm_kunlun_tarball(members, commit)
-    _write(os.path.join(out, rel), data)
-    return rel
+    return f"src/vllm-kunlun-{version}-{commit}.tar.gz", vllm_kunlun_tarball(members, commit)
 
 
 def build_model(pins: dict, vendor: str) -> str:
@@ -767,6 +784,117 @@ def build(out: str, force: bool = False, with_base_image: bool = False, log=prin
     return {"changed": True, "out": out, "sources": digest, "notes": notes, "files": files}
 
 
+# --------------------------------------------------------------------------- per-stack bundles
+def stack_pins(commit: str, pins: dict = None) -> dict:
+    """The pins of a stack that differs from `pins` (default: the sim inventory's) only in
+    vllm-kunlun's source: commit `commit`, at its variant's version (VLLM_KUNLUN_VARIANTS)."""
+    from kunlun_fleet import bundle as product
+
+    if commit not in VLLM_KUNLUN_VARIANTS:
+        raise ValueError(f"unknown vllm-kunlun variant {commit!r} (known: {sorted(VLLM_KUNLUN_VARIANTS)})")
+    pins = copy.deepcopy(pins if pins is not None else product.load_pins(SIM_INVENTORY))
+    comp = dict(component(pins, "vllm_kunlun"), commit=commit, version=VLLM_KUNLUN_VARIANTS[commit])
+    comp.pop("sha256", None)
+    pins["kunlun_stack_components"] = dict(pins["kunlun_stack_components"], vllm_kunlun=comp)
+    return pins
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b) or (os.path.getsize(a) == os.path.getsize(b) and sha256_file(a) == sha256_file(b))
+    except OSError:
+        return False
+
+
+def build_stack_bundle(base_bundle: str, out: str, commit: str, pins: dict = None, log=print) -> dict:
+    """A complete offline bundle at `out` for a stack that differs from the built sim bundle
+    `base_bundle` only in vllm-kunlun's source commit (a variant: VLLM_KUNLUN_VARIANTS).
+
+    Every file of the base bundle's MANIFEST.sha256 is hardlinked into `out` (copied when
+    the link fails: another filesystem), except the base's vllm-kunlun tarball; the
+    variant's tarball (vllm_kunlun_variant) takes its place in src/; then the product's own
+    builder (`kunlun-fleet bundle build OUT --vendor OUT --no-index`: kunlun_fleet.bundle.build,
+    the bundle indexed in place) checks every file against the stack's pins and writes
+    bundle.yml and MANIFEST.sha256. `pins`: the stack's (their vllm_kunlun commit must be
+    `commit`); default stack_pins(commit), the sim inventory's with that commit.
+    Idempotent: a second call with the same inputs changes no file. Files in `out` that are
+    not the stack bundle's (an earlier variant's tarball) are removed.
+    Returns {"changed": bool, "out", "commit", "source": the tarball's path in the bundle,
+    "files": what changed}; raises RuntimeError when the builder refuses the bundle."""
+    from kunlun_fleet import bundle as product
+
+    base, out = os.path.abspath(base_bundle), os.path.abspath(out)
+    if base == out:
+        raise ValueError("the stack bundle needs a directory of its own, not the base bundle's")
+    pins = pins if pins is not None else stack_pins(commit)
+    if str(component(pins, "vllm_kunlun").get("commit")) != commit:
+        raise ValueError(f"the pins name vllm-kunlun {component(pins, 'vllm_kunlun').get('commit')}, not {commit}")
+    _, index_mod, manifest_mod = product.module_utils()
+    try:
+        listed = manifest_mod.read_manifest(base)
+        with open(os.path.join(base, index_mod.INDEX), encoding="utf-8") as fh:
+            base_index = (yaml.safe_load(fh) or {}).get("artifacts") or {}
+    except (OSError, ValueError, yaml.YAMLError, AttributeError) as exc:
+        raise ValueError(f"{base} is not a built bundle (bundle.yml and {MANIFEST}): {exc}") from exc
+    base_source = (base_index.get("vllm_kunlun") or {}).get("path")
+    rel_source, data = vllm_kunlun_variant(commit)
+    changed = []
+    wanted = {rel for rel in listed if rel != base_source} | {rel_source, index_mod.INDEX, MANIFEST}
+    if os.path.isdir(out) and os.listdir(out) and not os.path.exists(os.path.join(out, MANIFEST)):
+        raise ValueError(f"{out} holds files and no {MANIFEST}: not a bundle this would replace")
+    os.makedirs(out, exist_ok=True)
+    # The previous index and manifest, on a first build: the builder takes the index pins'
+    # wheels again from them without pip (they are rewritten, never edited in place).
+    for rel in sorted(listed) + [index_mod.INDEX, MANIFEST]:
+        if rel == base_source or (rel in (index_mod.INDEX, MANIFEST) and os.path.exists(os.path.join(out, rel))):
+            continue
+        src, dst = os.path.join(base, rel), os.path.join(out, rel)
+        if os.path.exists(dst) and _same_file(src, dst):
+            continue
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        tmp = dst + ".kf-tmp"
+        if os.path.lexists(tmp):
+            os.remove(tmp)
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copy2(src, tmp)
+        os.replace(tmp, dst)
+        changed.append(rel)
+    path = os.path.join(out, rel_source)
+    if not os.path.exists(path) or sha256_file(path) != hashlib.sha256(data).hexdigest():
+        _write(path, data)
+        changed.append(rel_source)
+    for root, _dirs, names in os.walk(out, topdown=False):
+        for name in names:
+            rel = os.path.relpath(os.path.join(root, name), out).replace(os.sep, "/")
+            if rel not in wanted:
+                os.remove(os.path.join(root, name))
+                changed.append(rel)
+        if root != out and not os.listdir(root):
+            os.rmdir(root)
+    lines = []
+    rc, builder = product.build(
+        out,
+        vendor=out,
+        no_index=True,
+        pins=pins,
+        no_base_image="base_image" not in base_index,
+        log=lines.append,
+    )
+    if rc != product.OK:
+        raise RuntimeError(
+            "`kunlun-fleet bundle build` refused the stack bundle of vllm-kunlun %s (exit %d):\n%s"
+            % (commit, rc, "\n".join(lines))
+        )
+    changed += builder.changed + builder.removed
+    log(
+        f"stack bundle {out}: the bundle {base} with vllm-kunlun {commit} ({rel_source}); "
+        + (f"{len(changed)} file(s) written or removed" if changed else "up to date")
+    )
+    return {"changed": bool(changed), "out": out, "commit": commit, "source": rel_source, "files": changed}
+
+
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True)
     b = sub.add_parser("build", help="build (or refresh) the stand-in bundle")
@@ -779,9 +907,20 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     v = sub.add_parser("verify", help="check every file against MANIFEST.sha256")
     v.add_argument("--out", default=os.path.join(SIM_HOME, "bundle"))
+    s = sub.add_parser("stack", help="a bundle for a stack that differs from a built one only in vllm-kunlun's commit")
+    s.add_argument("--stack-commit", required=True, choices=sorted(VLLM_KUNLUN_VARIANTS), help="vllm-kunlun commit")
+    s.add_argument("--base", required=True, help="the built sim bundle it differs from")
+    s.add_argument("out", help="the stack bundle's directory")
 
 
 def run(args) -> int:
+    if args.action == "stack":
+        try:
+            build_stack_bundle(args.base, args.out, args.stack_commit)
+        except (ValueError, OSError, RuntimeError) as exc:
+            print(f"ERROR: {exc}", file=sys.stderr)
+            return 1
+        return 0
     if args.action == "build":
         try:
             build(args.out, force=args.force, with_base_image=args.with_base_image)

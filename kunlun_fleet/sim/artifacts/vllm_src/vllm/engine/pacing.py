@@ -25,6 +25,11 @@ B / (t1 + k (B-1)): 1 -> 35, 16 -> 533, 64 -> 1852, 128 -> 3150, 256 -> 4850
 16 streams ~505, 64 ~1550, 256 ~3200 output tok/s. 32768-in/256-out x 16 gives ~65
 tok/s, prefill-bound (measured 84: the one figure this model undershoots).
 
+The sampler (vllm/v1/sample/ops/topk_topp_sampler.py, or the platform plugin's that its
+import hook puts in its place) picks each step's tokens from the stand-in model's logits
+(Sequence.logits); one that runs on the host (`runs_on_host`) makes every step the `slow`
+fault's default (below): the CPU-sampler profile, from engine start.
+
 Environment (read once at start):
     KUNLUN_SIM_TOKENS_PER_SECOND          single-stream decode rate (default 35)
     KUNLUN_SIM_PEAK_TOKENS_PER_SECOND     decode-only aggregate at 256 running (4850)
@@ -195,6 +200,7 @@ class Sequence:
         self.seed = int.from_bytes(digest[:8], "big")
         # Where the "model" would emit its end-of-sequence token.
         self.natural_length = None if ignore_eos else max(24 + self.seed % 377, min_tokens)
+        self.path = self.seed  # what the model's next logits follow (logits)
         self.generated = 0
         self.prefill_left = max(int(prompt_tokens), 1)
         self.arrival = time.monotonic()
@@ -205,16 +211,48 @@ class Sequence:
         self.aborted = False
 
     def next_word(self) -> str:
-        i = (self.seed + self.generated * 2654435761) % len(WORDS)
-        word = WORDS[i]
-        return (" " if self.generated else "") + word
+        return self.take(self.logits(), 0)
+
+    def logits(self) -> list:
+        """The stand-in model's next-token logits, [(word index, logit)], the most likely
+        first: the word of this position along the sequence's path, then a runner-up (the
+        first word of the top_logprobs alternatives that differs from it). The path is the
+        prompt's seed while every token taken was the most likely one (so greedy decoding
+        gives the same words for a prompt on every run); a token off it re-seeds the path,
+        as a real model's continuation follows the token it was given."""
+        base = self.path + self.generated * 2654435761
+        top = base % len(WORDS)
+        step = 1
+        while WORDS[(base + step * 7919) % len(WORDS)] == WORDS[top] and step < 4 * len(WORDS):
+            step += 1
+        return [(top, 0.0), ((base + step * 7919) % len(WORDS), -0.125)]
+
+    def take(self, logits: list, index: int) -> str:
+        """The token sampled (`index` into `logits`) as the text piece it adds."""
+        word = WORDS[logits[index][0]]
+        if index != 0:
+            digest = hashlib.sha256(f"{self.path}\x00{self.generated}\x00{word}".encode()).digest()
+            self.path = int.from_bytes(digest[:8], "big")
+        piece = (" " if self.generated else "") + word
+        return piece
 
 
 class Engine:
-    def __init__(self, max_num_seqs: int, metrics, max_num_batched_tokens: int = 8192):
+    def __init__(self, max_num_seqs: int, metrics, max_num_batched_tokens: int = 8192, sampler=None):
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max(max_num_batched_tokens, max_num_seqs)
-        self.fault = EngineFault(Pacing())
+        if sampler is None:
+            # Imported here, after the platform plugin was resolved: its import hook may map
+            # this module to the plugin's sampler (vllm/v1/sample/ops/topk_topp_sampler.py).
+            from vllm.v1.sample.ops.topk_topp_sampler import TopKTopPSampler
+
+            sampler = TopKTopPSampler()
+        self.sampler = sampler
+        normal = Pacing()
+        if getattr(sampler, "runs_on_host", False):
+            # The logits sampled by the CPU: every step paced as the `slow` fault's default.
+            normal = Pacing.capped(SLOW_TOKENS_PER_SECOND, SLOW_TOKENS_PER_SECOND, normal.p)
+        self.fault = EngineFault(normal)
         self.metrics = metrics
         self.running = []
         self.waiting = collections.deque()
@@ -305,6 +343,11 @@ class Engine:
             self.metrics.iteration(len(decoding), prefill, loop.time() - start)
             still = []
             emitting = set(map(id, decoding)) | set(map(id, completing))
+            # The sampler, once per step over the sequences that emit a token in it.
+            batch = [s for s in self.running if id(s) in emitting and not s.aborted]
+            inputs = [(s.logits(), s.generated) for s in batch]
+            sampled = self.sampler.forward(inputs)
+            picks = {id(s): (inputs[n][0], sampled[n]) for n, s in enumerate(batch)}
             for seq in self.running:
                 if seq.aborted:
                     self._finish(seq, "abort")
@@ -312,7 +355,7 @@ class Engine:
                 if id(seq) not in emitting:
                     still.append(seq)
                     continue
-                text = seq.next_word()
+                text = seq.take(*picks[id(seq)])
                 seq.generated += 1
                 self.metrics.new_token(seq)
                 if seq.first_token is None:
