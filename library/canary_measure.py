@@ -185,8 +185,8 @@ series:
   returned: success
   type: dict
 outputs:
-  description: The golden-output verdict - passed, verdict (one line), failing, divergences, tolerance, and both
-    digests (module_utils/golden.py compare).
+  description: The golden-output verdict - passed, verdict (one line), failing, divergences (module_utils/golden.py
+    compare), tolerance, prompts, max_tokens, and both digests.
   returned: success
   type: dict
 gate:
@@ -411,7 +411,7 @@ class Host(object):
         conn = self.connection()
         try:
             rec["error"] = self._read(conn, body, rec, clock)
-        except (OSError, ValueError, http_client.HTTPException) as exc:
+        except Exception as exc:  # noqa: BLE001 - refused, reset, timed out, not a stream: a failed request
             rec["error"] = "%s: %s" % (type(exc).__name__, exc)
         finally:
             conn.close()
@@ -508,12 +508,13 @@ def golden_check(hosts, p, prompts, max_tokens, k):
     if isinstance(base, Failed):
         raise Failed("the baseline gave no golden record: %s" % base)
     check_record(base, max_tokens)
-    tolerance = {"min_agreeing_tokens": k}
+    known = dict(tolerance={"min_agreeing_tokens": k}, prompts=prompts, max_tokens=max_tokens)
     if isinstance(canary, Failed):
-        verdict = "the canary gave no golden outputs: %s" % canary
-        return {"passed": False, "verdict": verdict, "failing": [], "divergences": [], "tolerance": tolerance}
+        verdict = {"passed": False, "verdict": "the canary gave no golden outputs: %s" % canary}
+        verdict.update(failing=[], divergences=[], **known)
+        return verdict
     verdict = compare(base, canary, max_tokens, k, prompts)
-    verdict.update(tolerance=tolerance, baseline_digest=digest(base), canary_digest=digest(canary))
+    verdict.update(baseline_digest=digest(base), canary_digest=digest(canary), **known)
     return verdict
 
 

@@ -228,6 +228,8 @@ class Answers(http.server.BaseHTTPRequestHandler):
             chunks = chunks[: n - 1]
         if case == "streamed error":
             chunks = chunks[:1] + [{"error": {"message": "engine died"}}]
+        if case == "not a stream":
+            chunks = chunks[:1] + [["a list"]]
         usage = {"choices": [], "usage": {"completion_tokens": len(chunks), "prompt_tokens": 3}}
         lines = ["data: %s\n\n" % json.dumps(c) for c in chunks + [usage]]
         if case != "broken":
@@ -258,6 +260,7 @@ def answers():
         ("short", "fewer tokens than asked (ignore_eos)"),
         ("broken", "the stream broke off before [DONE]"),
         ("streamed error", "streamed an error"),
+        ("not a stream", "AttributeError: 'list' object has no attribute 'get'"),
     ],
 )
 def test_a_request_fails_as_a_real_client_sees_it(answers, case, error):

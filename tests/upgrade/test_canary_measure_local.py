@@ -11,7 +11,14 @@ engine-fault file of its own (kunlun_fleet/sim/artifacts/README.md, "Engine faul
   engine's numerics are the same).
 
 Small load on this 2-core machine: 8 streams per host, 16 requests of 32 tokens, a
-64-token single stream, 16 golden tokens; the stand-ins decode 100 tok/s alone."""
+64-token single stream, 16 golden tokens; the stand-ins decode 100 tok/s alone.
+
+The PASS is judged with wide thresholds (SAME_STACK: 50 % and 200 %), passed through the
+module's thresholds option: two identical stand-ins measured in the same second over a
+one-second point differ by what the machine's other work does to each (measured with two
+CPU hogs beside: 393 against 444 tok/s, 89 %; TPOT p99 111 %), and a test must not stand
+on timing. The FAIL is judged with the defaults; the slow canary is far outside them
+(7 % of the baseline's throughput, 32 % of its single stream)."""
 
 import json
 import sys
@@ -29,9 +36,16 @@ from standin_helpers import Server, make_dev_dir, server_env  # noqa: E402
 from test_product import results, run_play  # noqa: E402
 
 from ansible.module_utils.canary import GATES, fmt, thresholds_of  # noqa: E402
+from ansible.module_utils.golden import DEFAULT_PROMPTS  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
+SAME_STACK = {
+    "throughput_min_ratio": 0.5,
+    "single_stream_min_ratio": 0.5,
+    "ttft_p99_max_ratio": 2.0,
+    "tpot_p99_max_ratio": 2.0,
+}
 LOAD = {
     "single_stream_tokens": 64,
     "concurrency": 8,
@@ -74,7 +88,7 @@ def module_args(baseline, canary, **over):
 def play(servers, tmp_path_factory):
     """One ansible-playbook run: the measurement, and the same task in check mode."""
     tmp = tmp_path_factory.mktemp("canary-play")
-    args = module_args(servers["baseline"], servers["canary"])
+    args = module_args(servers["baseline"], servers["canary"], thresholds=SAME_STACK)
     tasks = [
         {"name": "measure", "canary_measure": args, "register": "canary", "delegate_to": "localhost"},
         {"name": "check mode", "canary_measure": args, "check_mode": True, "delegate_to": "localhost"},
@@ -89,9 +103,13 @@ def play(servers, tmp_path_factory):
 def test_the_same_stack_passes_every_gate(play):
     result = play["measure"]
     assert not result.get("failed"), result.get("msg")
-    assert result["passed"] is True and result["changed"] is False and result["measured"] is True
+    assert result["passed"] is True, result["message"]
+    assert result["changed"] is False and result["measured"] is True
     assert result["message"] == "PASS: %d gates" % len(GATES)
     assert [g["name"] for g in result["gate"]["gates"] if g["passed"]] == list(GATES)
+    assert result["settings"]["thresholds"] == dict(thresholds_of({}), **SAME_STACK)
+    throughput = next(g for g in result["gate"]["gates"] if g["name"] == "throughput")
+    assert throughput["limit"] == pytest.approx(0.5 * result["figures"]["baseline"]["output_tok_s"], abs=1e-3)
     print("\nPASS figures:", json.dumps(result["figures"], sort_keys=True))
     for role in ("baseline", "canary"):
         figures = result["figures"][role]
@@ -111,6 +129,7 @@ def test_the_same_stack_passes_every_gate(play):
         verdict["passed"] is True and verdict["verdict"] == "outputs equal: 8 prompts, 16 tokens each, token for token"
     )
     assert verdict["baseline_digest"] == verdict["canary_digest"]
+    assert verdict["prompts"] == DEFAULT_PROMPTS and verdict["max_tokens"] == 16
 
 
 def test_check_mode_measures_nothing(play, servers):
