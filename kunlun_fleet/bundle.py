@@ -36,6 +36,8 @@ SUM_CACHE = ROOT / ".cache" / "bundle-sums.json"
 OK, ERROR, INCOMPLETE, WRONG = 0, 1, 2, 3
 # The pin variables the bundle follows (what --inventory may override).
 PIN_VARS = (
+    "kunlun_stack_stack",
+    "kunlun_stack_site_stacks",
     "kunlun_stack_components",
     "kunlun_stack_driver",
     "kunlun_stack_base_image",
@@ -84,9 +86,11 @@ def inventory_files(inventory):
     return files
 
 
-def load_pins(inventory=None, log=None):
-    """The pins (the kunlun_stack variables), with INV/group_vars/all's overrides: a variable
-    set there replaces the default whole, as Ansible does."""
+def load_pins(inventory=None, log=None, stack=None):
+    """The pins (the kunlun_stack variables), with INV/group_vars/all's overrides (a variable
+    set there replaces the default whole, as Ansible does), and the chosen stack's parts worked
+    out as the roles work them out (module_utils/kunlun_stack.py resolve_pins): the stack named
+    by `stack`, else the inventory's kunlun_stack_stack, else the shipped default."""
     pins = yaml.safe_load(PINS_FILE.read_text())
     if inventory:
         if not Path(inventory).is_dir():
@@ -104,7 +108,10 @@ def load_pins(inventory=None, log=None):
                         )
                     continue
                 pins[key] = value
-    return pins
+    module_utils()
+    from ansible.module_utils.kunlun_stack import resolve_pins
+
+    return resolve_pins(pins, stack)
 
 
 # --------------------------------------------------------------------------- helpers

@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 
 import yaml
+from .bundle import load_pins as stack_pins
 
 ROOT = Path(__file__).resolve().parent.parent
 ROLE = ROOT / "roles" / "monitoring"
@@ -206,7 +207,7 @@ def role_variables(extra=None, os_vars="Debian"):
     and the role's vars/<os_vars>.yml (the distribution's package names and paths, which the
     role's first task loads; Debian, the tested platform, unless told)."""
     variables = {"ansible_managed": "Ansible managed", "playbook_dir": str(ROOT)}
-    variables.update(yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text()))
+    variables.update(stack_pins())
     variables.update(yaml.safe_load((ROLE / "defaults/main.yml").read_text()))
     variables.update(extra or {})
     variables.update(yaml.safe_load((ROOT / "roles/kunlun_stack/vars/main.yml").read_text()))

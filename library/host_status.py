@@ -133,7 +133,8 @@ image:
       C(unit_id) (the ID in the unit's ExecStart); C(pinned_id) (C(config_dir/image));
       C(running_id) and C(container) (the container's image and state); C(runs_id) (the
       running container's image, else the unit's, else a stopped container's); C(runs_tags)
-      (the repository's tags of it);
+      (the repository's tags of it); C(stack) (the name of the stack that image was built
+      from, its C(org.kunlun-fleet.stack) label; empty when it has none);
       C(state) - C(current), C(stale) (another image than the current tag), C(none) (no unit,
       no container) or C(unknown) (see C(error)); C(error).
   returned: always
@@ -141,7 +142,7 @@ image:
   sample: {ref: "kunlun-serving:current", current_id: "sha256:9f1c...", previous_id: "sha256:41ab...",
            unit_id: "sha256:9f1c...", pinned_id: "sha256:9f1c...", running_id: "sha256:9f1c...",
            container: running, runs_id: "sha256:9f1c...", runs_tags: [current, 3e5f0a9c1d2b],
-           state: current, error: ""}
+           stack: 0.15.1-4885de2, state: current, error: ""}
 serving:
   description:
     - C(model) (the unit's C(--served-model-name)), C(port), C(worker_url) (as given),
@@ -531,6 +532,7 @@ def read_image(module, ref, previous_tag, service, unit_image, pinned, timeout):
         "container": None,
         "runs_id": None,
         "runs_tags": [],
+        "stack": "",
         "state": "unknown",
         "error": "",
     }
@@ -555,7 +557,26 @@ def read_image(module, ref, previous_tag, service, unit_image, pinned, timeout):
         found["error"] = "unreadable: docker container inspect %s: %s" % (service, _said(rc, out, err, timeout))
     else:
         found["container"] = "absent"
-    return judge_image(found, tags, current_tag, previous_tag)
+    judge_image(found, tags, current_tag, previous_tag)
+    found["stack"] = read_stack(module, docker, found["runs_id"], timeout)
+    return found
+
+
+# The label the image stage gives every serving image: the name of the stack it was built from.
+STACK_LABEL = "org.kunlun-fleet.stack"
+
+
+def read_stack(module, docker, image_id, timeout):
+    """The stack the image `image_id` was built from (its STACK_LABEL); '' when the image has
+    none (built before stacks were named) or it cannot be read."""
+    if not image_id:
+        return ""
+    fmt = '{{ index .Config.Labels "%s" }}' % STACK_LABEL
+    rc, out, err = module.run_command(
+        _limited(module, [docker, "image", "inspect", "--format", fmt, image_id], timeout)
+    )
+    value = out.strip() if rc == 0 else ""
+    return "" if value == "<no value>" else value
 
 
 # ---------------------------------------------------------------- requests in flight

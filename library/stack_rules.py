@@ -22,9 +22,25 @@ options:
     type: dict
     required: true
   validated_components:
-    description: The project's validated pins, as shipped. A departure from them fails unless I(allow_unvalidated).
+    description:
+      - The pins of the named stack as shipped (or as the site defined it). A departure from them fails
+        unless I(allow_unvalidated).
+      - Default the components of I(stack) in I(stacks) and I(site_stacks); one of the two is required.
     type: dict
-    required: true
+  stack:
+    description:
+      - The name of the stack served (C(kunlun_stack_stack)). Refused when unknown, known-bad (with its
+        reason, even with I(allow_unvalidated)), incomplete, or a site stack reusing a shipped name; a
+        candidate is accepted with a warning.
+    type: str
+  stacks:
+    description: The shipped stacks (C(kunlun_stack_stacks) as this checkout ships them).
+    type: dict
+    default: {}
+  site_stacks:
+    description: The site's own stacks (C(kunlun_stack_site_stacks)).
+    type: dict
+    default: {}
   known_bad:
     description: Known-bad combinations (C(kunlun_stack_known_bad)).
     type: list
@@ -52,8 +68,10 @@ author:
 EXAMPLES = r"""
 - name: Refuse a known-bad or unvalidated stack before any host is touched
   stack_rules:
+    stack: "{{ kunlun_stack_stack }}"
+    stacks: "{{ kunlun_stack_shipped.kunlun_stack_stacks }}"
+    site_stacks: "{{ kunlun_stack_site_stacks }}"
     components: "{{ kunlun_stack_components }}"
-    validated_components: "{{ preflight_validated.kunlun_stack_components }}"
     known_bad: "{{ kunlun_stack_known_bad }}"
     serving: "{{ kunlun_stack_serving_effective }}"
     serving_rules: "{{ kunlun_stack_serving_rules }}"
@@ -74,37 +92,62 @@ departures:
   returned: always
   type: list
   elements: dict
+stack:
+  description: The stack judged, when I(stack) was given - its name, status and summary.
+  returned: when I(stack) is given and known
+  type: dict
+  sample: {name: 0.15.1-4885de2, status: validated, summary: vllm 0.15.1 with vllm-kunlun 4885de2 ...}
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.kunlun_stack import check_departures, check_known_bad, check_serving, component_versions
+from ansible.module_utils.kunlun_stack import (
+    check_departures,
+    check_known_bad,
+    check_serving,
+    check_stack,
+    component_versions,
+    stack_catalog,
+)
 
 
 def run(params):
-    """Return (problems, departures) as lists of dicts."""
-    problems = check_known_bad(component_versions(params["components"]), params["known_bad"] or [])
-    departures = check_departures(params["components"], params["validated_components"])
+    """Return (problems, departures, warnings) - the first two as lists of dicts."""
+    problems, warnings = [], []
+    validated = params.get("validated_components")
+    if params.get("stack") is not None:
+        problems, warnings = check_stack(params["stack"], params["stacks"], params["site_stacks"])
+        if validated is None:
+            entry = stack_catalog(params["stacks"], params["site_stacks"]).get(params["stack"]) or {}
+            validated = entry.get("components") or {}
+    problems += check_known_bad(component_versions(params["components"]), params["known_bad"] or [])
+    departures = check_departures(params["components"], validated or {})
     if not params["allow_unvalidated"]:
         problems.extend(departures)
     if params.get("serving") is not None:
         problems.extend(check_serving(params["serving"], params["serving_rules"], params["device_count"]))
-    return [p.as_dict() for p in problems], [d.as_dict() for d in departures]
+    return [p.as_dict() for p in problems], [d.as_dict() for d in departures], warnings
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             components=dict(type="dict", required=True),
-            validated_components=dict(type="dict", required=True),
+            validated_components=dict(type="dict"),
+            stack=dict(type="str"),
+            stacks=dict(type="dict", default={}),
+            site_stacks=dict(type="dict", default={}),
             known_bad=dict(type="list", elements="dict", default=[]),
             allow_unvalidated=dict(type="bool", default=False),
             serving=dict(type="dict"),
             serving_rules=dict(type="dict", default={}),
             device_count=dict(type="int", default=8),
         ),
+        required_one_of=[("validated_components", "stack")],
         supports_check_mode=True,
     )
-    problems, departures = run(module.params)
+    problems, departures, warnings = run(module.params)
+    for warning in warnings:
+        module.warn(warning)
     if departures and module.params["allow_unvalidated"]:
         for dep in departures:
             module.warn("unvalidated pin accepted: %(item)s: %(found)s" % dep)
@@ -115,7 +158,13 @@ def main():
             problems=problems,
             departures=departures,
         )
-    module.exit_json(changed=False, problems=[], departures=departures)
+    result = dict(changed=False, problems=[], departures=departures)
+    if module.params.get("stack") is not None:
+        entry = stack_catalog(module.params["stacks"], module.params["site_stacks"])[module.params["stack"]]
+        result["stack"] = dict(
+            name=module.params["stack"], status=entry.get("status"), summary=entry.get("summary", "")
+        )
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

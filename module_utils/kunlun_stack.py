@@ -1,11 +1,12 @@
 # -*- coding: utf-8 -*-
 # Copyright: kunlun-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Checks of the validated combination and of the serving arguments.
+"""Checks of the named stacks, their pins and the serving arguments.
 
-The data (pins, known-bad combinations, serving rules) lives in
+The data (the named stacks, known-bad combinations, serving rules) lives in
 roles/kunlun_stack/defaults/main.yml; this module only applies it, so preflight, the
-image proof and serve all judge a configuration the same way. Every problem is returned
+image proof and serve all judge a configuration the same way, and the controller package
+works out the chosen stack's pins the way the roles do (resolve_pins). Every problem is returned
 as a Problem naming the item, what was found and the fix; nothing here raises on bad
 input. Standard library only: it also runs on managed hosts (Python 3.8+).
 """
@@ -34,6 +35,136 @@ class Problem(object):
 
     def __repr__(self):
         return "Problem(%r)" % str(self)
+
+
+STACK_STATUSES = ("validated", "candidate", "known-bad")
+# The variables every role reads, each a part of the chosen stack (the shipped defaults set
+# them to plugins/filter/stacks.py's fleet_stack_part of kunlun_stack_stack).
+STACK_PARTS = {
+    "kunlun_stack_components": "components",
+    "kunlun_stack_base_image": "base_image",
+    "kunlun_stack_driver": "driver",
+    "kunlun_stack_patch_expect": "patch_expect",
+    "kunlun_stack_serving": "serving",
+    "kunlun_stack_serving_env": "serving_env",
+}
+REQUIRED_PARTS = ("status", "base_image", "components", "driver", "patch_expect", "serving", "serving_env")
+
+
+def _expanded(entry, catalog, seen=()):
+    """A stack with `based_on` worked out: the base stack's parts, then the entry's over them -
+    its components one by one (a component it names replaces the base's whole), every other
+    part whole; status, reason and summary are never inherited."""
+    base_name = entry.get("based_on") if isinstance(entry, dict) else None
+    base = catalog.get(base_name) if base_name and base_name not in seen else None
+    if not isinstance(base, dict):
+        return entry
+    base = _expanded(base, catalog, seen + (base_name,))
+    out = dict((k, v) for k, v in base.items() if k not in ("status", "reason", "summary", "based_on"))
+    components = dict(base.get("components") or {})
+    components.update(entry.get("components") or {})
+    out.update(entry)
+    out["components"] = components
+    return out
+
+
+def stack_catalog(stacks, site_stacks=None):
+    """Every stack by name, each complete (`based_on` worked out): the site's beside the
+    shipped ones (a shipped name keeps its shipped entry). The same as plugins/filter/stacks.py's
+    fleet_stack_catalog, which the roles use (tests/unit/test_stacks.py holds them equal)."""
+    catalog = dict(site_stacks or {})
+    catalog.update(stacks or {})
+    return dict((name, _expanded(entry, catalog, (name,))) for name, entry in catalog.items())
+
+
+def check_stack(name, stacks, site_stacks=None):
+    """(problems, warnings) of serving the stack called `name`: an unknown name, a site stack
+    that reuses a shipped name or lacks a part, a status that is none of STACK_STATUSES, a
+    known-bad stack (its reason); a candidate is a warning (not yet proven on P800 servers)."""
+    problems, warnings = [], []
+    stacks, site_stacks = stacks or {}, site_stacks or {}
+    for reused in sorted(set(site_stacks) & set(stacks)):
+        problems.append(
+            Problem(
+                "site stack %s" % reused,
+                "kunlun_stack_site_stacks reuses the name of a shipped stack",
+                "give the site's stack its own name (a shipped stack changes with a release, never in an inventory)",
+            )
+        )
+    catalog = stack_catalog(stacks, site_stacks)
+    entry = catalog.get(str(name))
+    if not isinstance(entry, dict):
+        problems.append(
+            Problem(
+                "stack %s" % name,
+                "no such stack (known: %s)" % ", ".join(sorted(catalog)),
+                "set kunlun_stack_stack to one of them, or define it in kunlun_stack_site_stacks (docs/stacks.md)",
+            )
+        )
+        return problems, warnings
+    based_on = (site_stacks.get(str(name)) or stacks.get(str(name)) or {}).get("based_on")
+    if based_on and (based_on == name or based_on not in catalog):
+        problems.append(
+            Problem(
+                "stack %s" % name,
+                "based_on %s is no other stack (known: %s)" % (based_on, ", ".join(sorted(catalog))),
+                "base it on a stack of the catalog, or give it every part",
+            )
+        )
+    missing = [part for part in REQUIRED_PARTS if part not in entry]
+    if missing:
+        problems.append(
+            Problem(
+                "stack %s" % name,
+                "it has no %s" % ", ".join(missing),
+                "give the stack every part (docs/stacks.md: a stack is a complete combination)",
+            )
+        )
+    status = entry.get("status")
+    if status not in STACK_STATUSES:
+        problems.append(
+            Problem(
+                "stack %s" % name,
+                "status %r is none of %s" % (status, ", ".join(STACK_STATUSES)),
+                "set its status to one of them",
+            )
+        )
+    elif status == "known-bad":
+        validated = sorted(n for n, e in catalog.items() if (e or {}).get("status") == "validated")
+        problems.append(
+            Problem(
+                "stack %s" % name,
+                "known-bad: %s" % " ".join(str(entry.get("reason") or "(no reason recorded)").split()),
+                "serve a validated stack (%s)" % (", ".join(validated) or "none"),
+            )
+        )
+    elif status == "candidate":
+        warnings.append(
+            "stack %s is a candidate, not yet proven on P800 servers: prove it against the fleet with "
+            "`kunlun-fleet upgrade --to %s` (docs/upgrades.md)" % (name, name)
+        )
+    return problems, warnings
+
+
+def resolve_pins(variables, stack=None):
+    """The kunlun_stack variables with the chosen stack's parts worked out, as the roles see
+    them: a copy of `variables` (the defaults file, with any inventory values over it) where
+    each STACK_PARTS variable still holding the shipped template is the part of the stack named
+    by `stack` (or the variables' kunlun_stack_stack). A variable set to a value (an
+    inventory's departure) is kept as it is. An unknown stack gives empty parts (check_stack
+    names it)."""
+    out = dict(variables)
+    if stack is not None:
+        out["kunlun_stack_stack"] = stack
+    entry = stack_catalog(out.get("kunlun_stack_stacks"), out.get("kunlun_stack_site_stacks")).get(
+        str(out.get("kunlun_stack_stack"))
+    )
+    entry = entry if isinstance(entry, dict) else {}
+    for name, part in STACK_PARTS.items():
+        value = out.get(name)
+        if value is None or (isinstance(value, str) and "fleet_stack_part" in value):
+            out[name] = entry.get(part, "" if part == "base_image" else {})
+    return out
 
 
 def _version_of(components, name):
@@ -78,8 +209,8 @@ def check_known_bad(versions, known_bad):
                 Problem(
                     "known-bad combination",
                     "%s (%s)" % (found, " ".join(str(rule.get("why", "")).split())),
-                    "pin the validated combination of roles/kunlun_stack/defaults/main.yml "
-                    "(remove the override from your inventory)",
+                    "serve a validated stack of roles/kunlun_stack/defaults/main.yml "
+                    "(kunlun_stack_stack; remove the override from your inventory)",
                 )
             )
     return problems

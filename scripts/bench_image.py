@@ -51,9 +51,10 @@ import time
 from pathlib import Path
 
 import yaml
+from kunlun_fleet.bundle import load_pins as stack_pins
 
 ROOT = Path(__file__).resolve().parents[1]
-PINS = yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text())
+PINS = stack_pins()
 SIM_HOME = os.environ.get("KUNLUN_SIM_HOME", "/var/lib/kunlun-sim")
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import ansible.module_utils
 import pytest
+from kunlun_fleet.bundle import load_pins as stack_pins
 
 # sim_fleet (one shared 3-host fleet per session) and fresh_host; strict skips and the
 # suite runner's per-test log.
@@ -37,6 +38,5 @@ def repo_root():
 
 @pytest.fixture(scope="session")
 def stack_defaults():
-    import yaml
 
-    return yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text())
+    return stack_pins()

@@ -31,6 +31,12 @@ def stack_info(base, image_tag):
         pins = yaml.safe_load((Path(base) / "roles/kunlun_stack/defaults/main.yml").read_text()) or {}
     except (OSError, yaml.YAMLError):
         return info
+    from kunlun_fleet.bundle import module_utils
+
+    module_utils()
+    from ansible.module_utils.kunlun_stack import resolve_pins
+
+    pins = resolve_pins(pins)
     components = pins.get("kunlun_stack_components") or {}
     info["versions"] = {name: c.get("version") for name, c in components.items() if isinstance(c, dict)}
     for key, label in (("kunlun_stack_driver", "xre_driver"), ("kunlun_stack_gateway_router", "vllm_router")):

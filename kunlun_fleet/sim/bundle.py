@@ -145,9 +145,12 @@ VARIANTS_DIR = os.path.join(ARTIFACTS, "vllm_kunlun_variants")
 VLLM_KUNLUN_SRC = {"version": "0.15.1.dev0", "commit": "4885de2"}
 
 
-def load_pins(path: str = PINS_FILE) -> dict:
-    with open(path, encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
+def load_pins(stack: str = None) -> dict:
+    """The product's pins with the chosen stack's parts worked out (the shipped default stack
+    unless `stack` names another)."""
+    from kunlun_fleet.bundle import load_pins as product_pins
+
+    return product_pins(stack=stack)
 
 
 def component(pins: dict, name: str) -> dict:

@@ -16,7 +16,9 @@ PINS = ROOT / "roles" / "kunlun_stack" / "defaults" / "main.yml"
 
 
 def load_pins():
-    return yaml.safe_load(PINS.read_text())
+    from kunlun_fleet.bundle import load_pins as stack_pins
+
+    return stack_pins()
 
 
 def bundle_files(bundle_dir: Path) -> dict:

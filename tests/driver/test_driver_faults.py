@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from kunlun_fleet.sim import testing
+from kunlun_fleet.bundle import load_pins as stack_pins
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
@@ -33,7 +34,7 @@ VENV_BIN = Path(sys.executable).parent
 # The suite's host and its inventory: a scratch lane's, or kf-node-3 of the shared fleet.
 INVENTORY = Path(testing.INVENTORY)
 INDEX, HOST = testing.lane_host(3)
-PINS = yaml.safe_load((REPO / "roles/kunlun_stack/defaults/main.yml").read_text())
+PINS = stack_pins()
 PIN = PINS["kunlun_stack_driver"]["version"]
 # The installer's place in the sim bundle (bundle.yml's driver; the vendor's file name).
 ARTIFACT = "drivers/xre-Linux-x86_64-%s.run" % PIN

@@ -12,17 +12,16 @@ No client retry: a plain client's view.
 
 import http.client
 import json
-import os
 import re
 import threading
 import time
 
-import yaml
 
-from kunlun_fleet.sim.testing import REPO, refuse_port, ssh
+from kunlun_fleet.sim.testing import refuse_port, ssh
+from kunlun_fleet.bundle import load_pins as stack_pins
 
 SERVED, BEFORE, IN_FLIGHT = "served", "before", "in-flight"
-PINS = yaml.safe_load(open(os.path.join(REPO, "roles/kunlun_stack/defaults/main.yml")))
+PINS = stack_pins()
 SERVING_PORT = PINS["kunlun_stack_serving"]["port"]
 
 

@@ -17,10 +17,11 @@ from kunlun_fleet import vault
 from kunlun_fleet.sim import config
 from kunlun_fleet.sim.testing import INVENTORY, REPO, ssh
 from failover_load import BEFORE, IN_FLIGHT, SERVED, Load, count, fault, in_pool, reasons, router_view
+from kunlun_fleet.bundle import load_pins as stack_pins
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
-PINS = yaml.safe_load(open(os.path.join(REPO, "roles/kunlun_stack/defaults/main.yml")))
+PINS = stack_pins()
 GATEWAY = yaml.safe_load(open(os.path.join(REPO, "roles/gateway/defaults/main.yml")))
 GATEWAY_HOST = 1
 WORKER = {i: "http://%s:%d" % (config.host_address(i), PINS["kunlun_stack_serving"]["port"]) for i in (1, 2, 3)}

@@ -15,9 +15,10 @@ import tempfile
 from pathlib import Path
 
 import yaml
+from kunlun_fleet.bundle import load_pins as stack_pins
 
 ROOT = Path(__file__).resolve().parents[2]
-PINS = yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text())
+PINS = stack_pins()
 
 
 def write_manifest(bundle):

@@ -47,11 +47,20 @@ def test_bad_pins_and_serving_values_are_each_refused_by_name(inventory, run_pre
     # The serving changes as a site makes them: only what differs, merged over the pins
     # (preflight judges the merged arguments).
     overrides = {k: v for k, (v, _) in SERVING_CHANGES.items()}
+    # The fleet named a known-bad stack (refused by name, with its reason), and the site's own
+    # stack reuses a shipped name.
     inventory.update(
-        "group_vars/all/stack.yml", kunlun_stack_components=comps, kunlun_stack_serving_overrides=overrides
+        "group_vars/all/stack.yml",
+        kunlun_stack_components=comps,
+        kunlun_stack_serving_overrides=overrides,
+        kunlun_stack_stack="0.25.1-2fda97b",
+        kunlun_stack_site_stacks={"0.15.1-4885de2": {"status": "candidate"}},
     )
     rc, out = run_preflight(inventory)
     needles = [
+        "stack 0.25.1-2fda97b: known-bad: vllm-kunlun 0.25.1-dev (commit 2fda97b) with kunlun_ops 0.1.58",
+        "serve a validated stack (0.15.1-4885de2)",
+        "site stack 0.15.1-4885de2: kunlun_stack_site_stacks reuses the name of a shipped stack",
         "known-bad combination",
         "2fda97b",
         "Fix:",
@@ -244,19 +253,13 @@ def test_ansible_version_range(inventory, run_preflight):
 
 def inventory_components():
     import copy
-    from pathlib import Path
 
-    import yaml
+    from kunlun_fleet.bundle import load_pins
 
-    root = Path(__file__).resolve().parents[2]
-    data = yaml.safe_load((root / "roles/kunlun_stack/defaults/main.yml").read_text())
-    return copy.deepcopy(data["kunlun_stack_components"])
+    return copy.deepcopy(load_pins()["kunlun_stack_components"])
 
 
 def stack_defaults_serving():
-    from pathlib import Path
+    from kunlun_fleet.bundle import load_pins
 
-    import yaml
-
-    root = Path(__file__).resolve().parents[2]
-    return dict(yaml.safe_load((root / "roles/kunlun_stack/defaults/main.yml").read_text())["kunlun_stack_serving"])
+    return dict(load_pins()["kunlun_stack_serving"])

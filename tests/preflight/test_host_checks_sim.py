@@ -17,14 +17,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from kunlun_fleet.sim.testing import INVENTORY, lane_host, ssh
+from kunlun_fleet.bundle import load_pins as stack_pins
 
 ROOT = Path(__file__).resolve().parents[2]
 # The suite's host: a scratch lane's, or kf-node-1 of the shared fleet.
 INDEX, HOST = lane_host(1)
-PIN = yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text())["kunlun_stack_driver"]["version"]
+PIN = stack_pins()["kunlun_stack_driver"]["version"]
 pytestmark = pytest.mark.sim
 
 # The faults of the module's one reset (machine faults: applied when the host is made).

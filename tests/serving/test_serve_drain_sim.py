@@ -16,11 +16,12 @@ import yaml
 
 from kunlun_fleet import vault
 from kunlun_fleet.sim.testing import INVENTORY, REPO, VENV_BIN, _env, ssh
+from kunlun_fleet.bundle import load_pins as stack_pins
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
 HOST, ADDRESS = 1, "172.31.250.11"
-PINS = yaml.safe_load(open(os.path.join(REPO, "roles/kunlun_stack/defaults/main.yml")))
+PINS = stack_pins()
 PORT = PINS["kunlun_stack_serving"]["port"]
 WORKER = "http://%s:%d" % (ADDRESS, PORT)
 SIM_ENV = yaml.safe_load(open(os.path.join(INVENTORY, "group_vars/all/sim.yml")))["kunlun_stack_serving_env_overrides"]

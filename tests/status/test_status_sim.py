@@ -11,15 +11,15 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import yaml
 
 from kunlun_fleet.sim.config import host_address
 from kunlun_fleet.sim.testing import ssh
+from kunlun_fleet.bundle import load_pins as stack_pins
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 HOSTS = ("kf-node-1", "kf-node-2", "kf-node-3")
-PINS = yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text())
+PINS = stack_pins()
 PORT = PINS["kunlun_stack_serving"]["port"]
 # What a host's serving state is made of on disk, and the running service's identity: the
 # same before and after a status run.

@@ -10,6 +10,7 @@ import yaml
 
 from ansible.module_utils import bench_results as br
 from kunlun_fleet import monitoring
+from kunlun_fleet.bundle import load_pins as stack_pins
 
 ROOT = monitoring.ROOT
 ROLE = ROOT / "roles" / "bench"
@@ -20,7 +21,7 @@ def variables(**extra):
     """What a bench play on three hosts with a gateway sees (the role's defaults, then the
     inventory's and -e's variables)."""
     v = {"ansible_managed": "Ansible managed"}
-    v.update(yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text()))
+    v.update(stack_pins())
     v.update(yaml.safe_load((ROLE / "defaults/main.yml").read_text()))
     v.update(
         {

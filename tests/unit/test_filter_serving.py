@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
+
+from kunlun_fleet.bundle import load_pins as stack_pins
 from ansible.template import Templar, trust_as_template
 
 from plugins.filter.serving import (
@@ -28,7 +29,7 @@ sys.path.insert(0, str(ROOT / "module_utils"))
 
 import rollout_capacity  # noqa: E402
 
-SERVING = yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text())["kunlun_stack_serving"]
+SERVING = stack_pins()["kunlun_stack_serving"]
 
 
 def test_the_validated_flags_become_vllms_command_line_in_sorted_order():

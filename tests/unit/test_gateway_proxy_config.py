@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from kunlun_fleet import monitoring
+from kunlun_fleet.bundle import load_pins as stack_pins
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles/gateway"
@@ -15,7 +16,7 @@ ROLE = ROOT / "roles/gateway"
 
 def render(**extra):
     variables = {"ansible_managed": "Ansible managed"}
-    variables.update(yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text()))
+    variables.update(stack_pins())
     variables.update(yaml.safe_load((ROLE / "defaults/main.yml").read_text()))
     variables.update(yaml.safe_load((ROOT / "roles/kunlun_stack/vars/main.yml").read_text()))
     variables.update(yaml.safe_load((ROLE / "vars/main.yml").read_text()))

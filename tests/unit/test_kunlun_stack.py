@@ -154,7 +154,7 @@ def test_preflight_s_stack_rules_refuse_the_docs_quantization(stack_defaults):
     import stack_rules
 
     comps = stack_defaults["kunlun_stack_components"]
-    problems, _ = stack_rules.run(
+    problems, _, _ = stack_rules.run(
         {
             "components": comps,
             "validated_components": comps,

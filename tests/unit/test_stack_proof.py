@@ -18,10 +18,11 @@ import yaml
 from ansible.module_utils import stack_proof as sp
 from ansible.module_utils.kunlun_stack import check_known_bad
 from module_docs import documented_spec
+from kunlun_fleet.bundle import load_pins as stack_pins
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "stack_proof"
-PINS = yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text())
+PINS = stack_pins()
 COMPONENTS = PINS["kunlun_stack_components"]
 KNOWN_BAD = PINS["kunlun_stack_known_bad"]
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import jinja2
 import pytest
 import yaml
+from kunlun_fleet.bundle import load_pins as stack_pins
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "library"))
@@ -30,7 +31,7 @@ from module_docs import documented_spec  # noqa: E402
 from kunlun_fleet import cli, runner, status, support  # noqa: E402
 from plugins.filter.serving import FilterModule  # noqa: E402
 
-PINS = yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text())
+PINS = stack_pins()
 SERVE = yaml.safe_load((ROOT / "roles/serve/defaults/main.yml").read_text())
 GATEWAY = yaml.safe_load((ROOT / "roles/gateway/defaults/main.yml").read_text())
 MODEL = PINS["kunlun_stack_model"]["name"]
@@ -77,6 +78,10 @@ def docker(tags=None, container=None):
     }
     inspect = ("docker", "container", "inspect", "--format", "{{.Image}} {{.State.Status}}", "kunlun-serve")
     answers[inspect] = (0, "%s %s\n" % container, "") if container else (1, "", "Error: No such container")
+    # The stack label of each image (docker prints "<no value>" for an image without it).
+    label = '{{ index .Config.Labels "org.kunlun-fleet.stack" }}'
+    for image_id, stack in ((CURRENT, "0.15.1-4885de2"), (PREVIOUS, "<no value>")):
+        answers[("docker", "image", "inspect", "--format", label, image_id)] = (0, stack + "\n", "")
     return answers
 
 
@@ -502,6 +507,7 @@ def test_one_read_of_a_serving_host(host_root):
     assert found["volume"]["fstype"] == "xfs" and found["volume"]["source"] == "/dev/mapper/data-home"
     assert found["driver"]["devices_ok"] == 8 and found["service"]["active"] == "active"
     assert found["image"]["state"] == "current"
+    assert found["image"]["stack"] == "0.15.1-4885de2"
     assert found["serving"] == {
         "model": MODEL,
         "port": port,
@@ -510,11 +516,12 @@ def test_one_read_of_a_serving_host(host_root):
         "requests_waiting": 1,
         "error": "",
     }
-    # Read-only: systemctl show, docker images and docker container inspect, nothing else.
+    # Read-only: systemctl show, docker images, docker container and image inspect, nothing else.
     assert {tuple(c[2:4]) if c[0].endswith("timeout") else tuple(c[:2]) for c in module.calls} == {
         ("/usr/bin/systemctl", "show"),
         ("/usr/bin/docker", "images"),
         ("/usr/bin/docker", "container"),
+        ("/usr/bin/docker", "image"),
     }
     assert all("inspect" in c or "images" in c or "show" in c for c in module.calls)
 
@@ -852,6 +859,7 @@ def test_the_table():
         "devices",
         "power",
         "image",
+        "stack",
         "service",
         "model",
         "gateway",
@@ -980,6 +988,8 @@ case "$1 $2" in
   "images --no-trunc") printf 'current {current}\\nprevious {previous}\\n3e5f0a9c1d2b {current}\\n' ;;
   "container inspect")
     cat "{fake}/container-$5" 2>/dev/null || {{ echo "Error: No such container: $5" >&2; exit 1; }} ;;
+  "image inspect")
+    [ "$5" = {current} ] && echo 0.15.1-4885de2 || echo '<no value>' ;;
   *) echo "fake docker: not a read: $*" >&2; exit 2 ;;
 esac
 """
@@ -1079,12 +1089,14 @@ def test_status_on_local_hosts_healthy_read_only(local_fleet):
     assert summary["check_mode"] is True and summary["command"] == "status"
     assert {h: c["changed"] for h, c in summary["hosts"].items()} == {"kf-a": 0}, summary["hosts"]
     row = next(line for line in text.splitlines() if line.startswith("kf-a "))
-    for cell in ("5.0.21.26", "8/8", "current", "active", " in ", "5/1", "41.2 tok/s"):
+    for cell in ("5.0.21.26", "8/8", "current", " 0.15.1-4885de2 ", "active", " in ", "5/1", "41.2 tok/s"):
         assert cell in row, (cell, row)
     assert row.endswith("  ok")
     # Only reads reached docker.
     calls = (local_fleet["fake"] / "docker.calls").read_text().splitlines()
-    assert calls and all(c.split()[:2] in (["images", "--no-trunc"], ["container", "inspect"]) for c in calls)
+    assert calls and all(
+        c.split()[:2] in (["images", "--no-trunc"], ["container", "inspect"], ["image", "inspect"]) for c in calls
+    )
 
 
 def test_status_on_local_hosts_unhealthy_and_unreachable(local_fleet):

@@ -17,6 +17,7 @@ from ansible.module_utils import basic
 # tests/driver/test_xpu_info_minimums.py loads this file by path: its helper, beside it.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_xpu_smi import write_fake_smi  # noqa: E402 (path set just above)
+from kunlun_fleet.bundle import load_pins as stack_pins  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "xpu"
@@ -315,7 +316,7 @@ def _render(expression, facts):
         def trust_as_template(value):
             return value
 
-    pins = yaml.safe_load((ROOT / "roles/kunlun_stack/defaults/main.yml").read_text())
+    pins = stack_pins()
     variables = {"ansible_facts": facts, "kunlun_stack_driver": pins["kunlun_stack_driver"]}
     value = Templar(loader=DataLoader(), variables=variables).template(trust_as_template(expression))
     return value if isinstance(value, bool) else str(value).strip() == "True"
