@@ -109,8 +109,12 @@ def load_pins(inventory=None, log=None, stack=None):
                     continue
                 pins[key] = value
     module_utils()
-    from ansible.module_utils.kunlun_stack import resolve_pins
+    from ansible.module_utils.kunlun_stack import resolve_pins, stack_catalog
 
+    if stack is not None:
+        known = stack_catalog(pins.get("kunlun_stack_stacks"), pins.get("kunlun_stack_site_stacks"))
+        if stack not in known:
+            raise ValueError("no stack %s (known: %s)" % (stack, ", ".join(sorted(known))))
     return resolve_pins(pins, stack)
 
 
@@ -761,7 +765,10 @@ def check(bundle_dir, inventory=None, no_base_image=False, pins=None, cache_path
 
 def run_build(ns):
     try:
-        rc, _ = build(ns.bundle_dir, ns.vendor, ns.find_links or (), ns.no_index, ns.inventory, ns.no_base_image)
+        pins = load_pins(ns.inventory, print, getattr(ns, "stack", None))
+        rc, _ = build(
+            ns.bundle_dir, ns.vendor, ns.find_links or (), ns.no_index, ns.inventory, ns.no_base_image, pins=pins
+        )
     except (ValueError, OSError) as exc:
         print("kunlun-fleet bundle build: %s" % exc, file=sys.stderr)
         return ERROR
@@ -770,7 +777,8 @@ def run_build(ns):
 
 def run_check(ns):
     try:
-        return check(ns.bundle_dir, getattr(ns, "inventory", None), ns.no_base_image)
+        pins = load_pins(getattr(ns, "inventory", None), print, getattr(ns, "stack", None))
+        return check(ns.bundle_dir, getattr(ns, "inventory", None), ns.no_base_image, pins=pins)
     except (ValueError, OSError) as exc:
         print("kunlun-fleet bundle check: %s" % exc, file=sys.stderr)
         return ERROR

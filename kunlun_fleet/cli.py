@@ -343,6 +343,61 @@ def cmd_watchdog(ns):
     return rc
 
 
+def cmd_upgrade(ns):
+    """A serving fleet moved to another named stack through a canary (kunlun_fleet/upgrade/run.py)."""
+    from kunlun_fleet.upgrade import run
+
+    rc, _ = run.upgrade(
+        ns.inventory,
+        ns.to,
+        canary=ns.canary,
+        baseline=ns.baseline,
+        check=ns.check,
+        output=_output(ns),
+        argv=_argv(ns),
+    )
+    return rc
+
+
+def cmd_stacks(ns):
+    """The named stacks the inventory can serve, with their status and the one it names."""
+    from kunlun_fleet import bundle
+
+    try:
+        pins = bundle.load_pins(ns.inventory)
+    except ValueError as exc:
+        print("kunlun-fleet stacks: %s" % exc, file=sys.stderr)
+        return 1
+    bundle.module_utils()
+    from ansible.module_utils.kunlun_stack import component_versions, stack_catalog
+
+    chosen = pins.get("kunlun_stack_stack")
+    catalog = stack_catalog(pins.get("kunlun_stack_stacks"), pins.get("kunlun_stack_site_stacks"))
+    site = set(pins.get("kunlun_stack_site_stacks") or {})
+    for name in sorted(catalog):
+        entry = catalog[name] or {}
+        versions = component_versions(entry.get("components") or {})
+        mark = "*" if name == chosen else " "
+        print(
+            "%s %-20s %-10s %-5s vllm %s, vllm-kunlun %s, kunlun_ops %s, torch %s"
+            % (
+                mark,
+                name,
+                entry.get("status", "?"),
+                "site" if name in site else "",
+                versions.get("vllm", "?"),
+                versions.get("vllm_kunlun_commit", "?"),
+                versions.get("kunlun_ops", "?"),
+                versions.get("torch", "?"),
+            )
+        )
+        why = entry.get("reason") if entry.get("status") == "known-bad" else entry.get("summary")
+        if why:
+            print("      %s" % " ".join(str(why).split()))
+    print("* the stack the inventory names (kunlun_stack_stack)")
+    return 0
+
+
 def cmd_bench(ns, rest):
     """playbooks/bench.yml on the inventory, with the sweep's settings as extra vars; then
     the report's path."""
@@ -450,6 +505,12 @@ def _bundle_options(p):
     )
     p.add_argument(
         "--no-base-image", action="store_true", help="the base image comes from a registry, not from the bundle"
+    )
+    p.add_argument(
+        "--stack",
+        metavar="NAME",
+        help="the pins of this stack (default: the inventory's kunlun_stack_stack, else the validated one); "
+        "one bundle per stack",
     )
 
 
@@ -670,6 +731,26 @@ def build_parser():
     p.add_argument("--no-long", action="store_true", help="skip the long-context point")
     p.add_argument("--check", action="store_true", help="check mode: measures nothing, says so")
     p.set_defaults(func=cmd_bench)
+    p = sub.add_parser(
+        "upgrade",
+        help="move the serving fleet to another named stack through a canary measured against the fleet",
+        allow_abbrev=False,
+        epilog="steps: plan (a known-bad stack refused, nothing changed), the image built and distributed ahead, the "
+        "canary switched, measured against a baseline host side by side, then promoted in batches or put back "
+        "(docs/upgrades.md); the report: reports/upgrade-<timestamp>/. Exit 0 promoted or unchanged, 2 rolled back "
+        "or failed, 3 refused",
+    )
+    p.add_argument("-i", "--inventory", required=True, help="the inventory directory")
+    p.add_argument("--to", required=True, metavar="STACK", help="the stack to serve (kunlun-fleet stacks lists them)")
+    p.add_argument("--canary", metavar="HOST", help="the host switched first (default: the first not on STACK)")
+    p.add_argument("--baseline", metavar="HOST", help="the host it is measured against (default: the next one)")
+    p.add_argument("--check", action="store_true", help="what would happen: nothing changes, nothing is measured")
+    p.add_argument("--plain", action="store_true", help="ansible-playbook's own output")
+    p.add_argument("--json", action="store_true", help="the runs' events as JSON lines")
+    p.set_defaults(func=cmd_upgrade)
+    p = sub.add_parser("stacks", help="the named stacks (validated, candidate, known-bad) and the one served")
+    p.add_argument("-i", "--inventory", help="the inventory directory (its site stacks and choice)")
+    p.set_defaults(func=cmd_stacks)
     p = sub.add_parser("plan", help="hosts needed for a load, from the latest bench results")
     p.add_argument("--concurrency", type=int, help="concurrent requests to serve")
     p.add_argument("--output-tok-s", type=float, help="output tokens per second to serve")

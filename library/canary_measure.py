@@ -474,7 +474,7 @@ def side_by_side(hosts, model, prompt, max_tokens, concurrency, requests=0, dura
             with lock:
                 records[host.role].append(rec)
 
-    threads = [threading.Thread(target=worker, args=(h,)) for h in hosts for _ in range(concurrency)]
+    threads = [threading.Thread(target=worker, args=(h,)) for h in hosts for _slot in range(concurrency)]
     for thread in threads:
         thread.daemon = True
         thread.start()
@@ -530,7 +530,7 @@ def measure(p, limits, clock=time.monotonic):
     verdict = golden_check(hosts, p, prompts, p["golden_max_tokens"], k)
     prompt = p["prompt"] or DEFAULT_PROMPT
 
-    _, single = side_by_side(hosts, p["model"], prompt, p["single_stream_tokens"], 1, requests=1, clock=clock)
+    _started, single = side_by_side(hosts, p["model"], prompt, p["single_stream_tokens"], 1, requests=1, clock=clock)
     start, point = side_by_side(
         hosts, p["model"], prompt, p["osl"], p["concurrency"], p["point_requests"], p["point_duration"], clock
     )

@@ -143,6 +143,10 @@ PHASES = [
         # the builder's registry; then the registry's binding and client certificates, a
         # source and a host cut off mid-distribution and resumed, the stream option.
         Suite("molecule-image", "fleet", [scenario("image"), "tests/image/test_image_distribution_sim.py"]),
+        # A stack upgrade on the served fleet: a known-bad stack refused, the stack served
+        # unchanged, the CPU-sampler candidate caught by the canary gate under load through
+        # the endpoint and put back (docs/upgrades.md).
+        Suite("upgrade-sim", "fleet", ["tests/upgrade/test_upgrade_sim.py"], timeout=1200),
     ],
     [
         # kf-node-1, converged and serving as phase 1 leaves it: serve's scenario, then the
@@ -213,7 +217,7 @@ BACKGROUND = [
     Suite("collection-sanity", "local", [], command=["make", "--no-print-directory", "collection-sanity"]),
     Suite("unit", "local", ["tests/unit"], marks=FAST),
     # The report page in headless Chromium (rendered from a recorded run; no fleet).
-    Suite("bench-page", "local", ["tests/bench/test_bench_page.py"], timeout=600),
+    Suite("bench-page", "local", ["tests/bench/test_bench_page.py", "tests/bench/test_upgrade_page.py"], timeout=600),
     Suite("preflight-local", "local", ["tests/preflight/test_host_checks_local.py"]),
     # The rest of the fast tier: the controller's preflight checks (a playbook run each),
     # the image's inputs, the kit, the stand-ins' own checks.
@@ -247,6 +251,9 @@ BACKGROUND = [
     # The engine watchdog's script beside the real router over three stand-in servers: full
     # load never judged, a stalled and a slow engine quarantined, re-admission, flapping.
     Suite("watchdog-local", "local-servers", ["tests/gateway/test_watchdog_local.py"], timeout=900),
+    # The canary gate's measurement beside stand-in servers: the same stack PASSES, the
+    # CPU-sampler engine FAILS on its figures (library/canary_measure.py).
+    Suite("canary-local", "local-servers", ["tests/upgrade/test_canary_measure_local.py"], timeout=600),
     # The stand-in vendor stack installed for real in a CPython 3.10 venv, and proved.
     Suite("standin-stack", "local-servers", ["tests/artifacts", "tests/unit"]),
     # A real image build on the sim fleet's engine (no sim host; sim-kit starts the engine).

@@ -758,6 +758,12 @@ def build(out: str, force: bool = False, with_base_image: bool = False, log=prin
                 log(f"bundle {out} is up to date (sources {digest[:12]})")
                 return {"changed": False, "out": out, "sources": digest, "notes": []}
     os.makedirs(out, exist_ok=True)
+    # The stand-in files of an older build go: the product's builder keeps a file that says it
+    # is the pinned version (as a site's bundle rebuild should), and a stand-in changed under
+    # the same version would otherwise stay stale. The large ones (the base image, the model)
+    # are keyed by their own inputs.
+    for small in ("wheels", "src", "torch", "drivers"):
+        shutil.rmtree(os.path.join(out, small), ignore_errors=True)
     # The vendor's files beside the bundle (the same filesystem: the builder links them).
     work = tempfile.mkdtemp(prefix=".kf-sim-vendor-", dir=os.path.dirname(out))
     lines = []
@@ -768,7 +774,7 @@ def build(out: str, force: bool = False, with_base_image: bool = False, log=prin
             vendor=vendor,
             find_links=links,
             no_index=True,
-            pins=product.load_pins(SIM_INVENTORY),
+            pins=product.load_pins(SIM_INVENTORY, stack=load_pins()["kunlun_stack_stack"]),
             no_base_image=not with_base_image,
             log=lines.append,
         )
@@ -795,11 +801,32 @@ def stack_pins(commit: str, pins: dict = None) -> dict:
 
     if commit not in VLLM_KUNLUN_VARIANTS:
         raise ValueError(f"unknown vllm-kunlun variant {commit!r} (known: {sorted(VLLM_KUNLUN_VARIANTS)})")
-    pins = copy.deepcopy(pins if pins is not None else product.load_pins(SIM_INVENTORY))
+    pins = copy.deepcopy(
+        pins if pins is not None else product.load_pins(SIM_INVENTORY, stack=load_pins()["kunlun_stack_stack"])
+    )
     comp = dict(component(pins, "vllm_kunlun"), commit=commit, version=VLLM_KUNLUN_VARIANTS[commit])
     comp.pop("sha256", None)
     pins["kunlun_stack_components"] = dict(pins["kunlun_stack_components"], vllm_kunlun=comp)
     return pins
+
+
+STACK_BUNDLES = os.path.join(SIM_HOME, "bundles")
+
+
+def build_site_stack_bundles(base_bundle: str, inventory: str = None, out_root: str = STACK_BUNDLES, log=print) -> list:
+    """A bundle for each of the sim inventory's site stacks (kunlun_stack_site_stacks) whose
+    vllm-kunlun commit is a variant, at <out_root>/<stack name> - where the sim inventory's
+    kunlun_stack_bundle_dir points for that stack. Returns build_stack_bundle's results."""
+    from kunlun_fleet import bundle as product
+
+    inventory = inventory or SIM_INVENTORY
+    results = []
+    for name in sorted(product.load_pins(inventory).get("kunlun_stack_site_stacks") or {}):
+        pins = product.load_pins(inventory, stack=name)
+        commit = str(component(pins, "vllm_kunlun").get("commit"))
+        if commit in VLLM_KUNLUN_VARIANTS:
+            results.append(build_stack_bundle(base_bundle, os.path.join(out_root, name), commit, pins=pins, log=log))
+    return results
 
 
 def _same_file(a: str, b: str) -> bool:

@@ -119,6 +119,7 @@ def _build_bundle():
         # The base image archive too: the image stage loads it from the bundle (no
         # registry is reachable from the sim hosts).
         bundle.build(BUNDLE_DIR, with_base_image=True, log=log)
+        bundle.build_site_stack_bundles(BUNDLE_DIR, log=log)
     except (NotImplementedError, RuntimeError, OSError) as exc:
         log("note: the sim bundle could not be built: %s" % exc)
 

@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from kunlun_fleet.sim import testing
+from kunlun_fleet.sim.config import BUNDLE_DIR
 from kunlun_fleet.bundle import load_pins as stack_pins
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
@@ -189,7 +190,7 @@ def reset_after_a_failure(request):
 @pytest.fixture
 def damaged_bundle(tmp_path):
     """A bundle holding the real manifest and index and an installer one line too long."""
-    src = Path(yaml.safe_load((INVENTORY / "group_vars/all/sim.yml").read_text())["kunlun_stack_bundle_dir"])
+    src = Path(BUNDLE_DIR)  # the validated stack's, where the sim inventory points for it
     (tmp_path / "drivers").mkdir(parents=True, exist_ok=True)
     shutil.copy(src / "MANIFEST.sha256", tmp_path / "MANIFEST.sha256")
     shutil.copy(src / "bundle.yml", tmp_path / "bundle.yml")

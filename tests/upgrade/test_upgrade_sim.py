@@ -1,0 +1,141 @@
+"""`kunlun-fleet upgrade` on the served 3-host fleet the phase-1 suites leave (docs/upgrades.md):
+
+- a known-bad stack (0.25.1-2fda97b) refused by name, its reason shown, nothing changed;
+- an upgrade to the stack already served: unchanged, nothing restarted;
+- the CPU-sampler candidate (0.15.1-b3f9d41: ready, 32 tok/s single stream, above the 30 tok/s
+  line) under load through the endpoint: its image distributed ahead to every host, the
+  canary switched and measured against the baseline, caught by the throughput gate, put back
+  on its image; no other host ever changed, no request lost, the inventory untouched, the
+  report naming the gate with both figures.
+
+The promotion of a good candidate and the way back, and the numerics candidate caught by
+the golden-output check, run the same steps (their orchestration: tests/unit/test_upgrade_run.py;
+measured on this fleet: docs/upgrades.md); the stand-in stacks' behaviour itself:
+tests/artifacts/test_stack_variants.py."""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kunlun_fleet import vault
+from kunlun_fleet.loadgen import Load
+from kunlun_fleet.sim.testing import INVENTORY, ssh
+
+ROOT = Path(__file__).resolve().parents[2]
+VALIDATED, KNOWN_BAD, CPU_SAMPLER = "0.15.1-4885de2", "0.25.1-2fda97b", "0.15.1-b3f9d41"
+STACK_FILE = Path(INVENTORY) / "group_vars" / "all" / "sim.yml"
+
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
+
+
+def upgrade(*args):
+    env = {k: v for k, v in os.environ.items()}
+    proc = subprocess.run(
+        [str(ROOT / ".venv/bin/kunlun-fleet"), "upgrade", "-i", INVENTORY, "--plain", *args],
+        cwd=ROOT,
+        env=dict(env, ANSIBLE_NOCOLOR="1"),
+        text=True,
+        capture_output=True,
+        timeout=1800,
+    )
+    out = proc.stdout + proc.stderr
+    line = [x for x in out.splitlines() if x.startswith("upgrade ")][-1]
+    report = Path(line.rsplit("report: ", 1)[1]).parent
+    return proc.returncode, out, json.loads((report / "results.json").read_text()), report
+
+
+def fleet_state():
+    """What serving is on each host: the unit's image, the service's start, the current tag."""
+    state = {}
+    for i in (1, 2, 3):
+        out = ssh(
+            i,
+            "cat /etc/kunlun-serve/image; systemctl show -P ActiveEnterTimestampMonotonic kunlun-serve.service; "
+            "docker image inspect --format '{{.Id}}' kunlun-serving:current",
+        ).stdout.split()
+        state["kf-node-%d" % i] = out
+    return state
+
+
+def endpoint():
+    data = json.loads((ROOT / "reports" / "acceptance.json").read_text())
+    return data["fleet_url"], data["model"], vault.read_api_key(INVENTORY)
+
+
+@pytest.fixture(scope="module")
+def served(sim_fleet):
+    """The fleet as phase 1 leaves it: every host on the validated stack."""
+    rc, out, results, _ = upgrade("--to", VALIDATED)
+    assert rc == 0 and results["outcome"] == "unchanged", out[-4000:]
+    return fleet_state()
+
+
+def test_an_upgrade_to_the_stack_served_changes_nothing(served):
+    rc, out, results, _ = upgrade("--to", VALIDATED)
+    assert rc == 0 and results["outcome"] == "unchanged", out[-3000:]
+    assert [s["name"] for s in results["steps"]] == ["plan"]
+    assert all(h["stack_before"] == h["stack_after"] == VALIDATED for h in results["hosts"])
+    assert fleet_state() == served
+
+
+def test_a_known_bad_stack_is_refused_by_name_and_nothing_changes(served):
+    rc, out, results, _ = upgrade("--to", KNOWN_BAD)
+    assert rc == 3 and results["outcome"] == "refused", out[-3000:]
+    assert "stack %s: known-bad" % KNOWN_BAD in results["reason"] and "causal_conv1d" in results["reason"]
+    assert [s["name"] for s in results["steps"]] == ["plan"]
+    assert fleet_state() == served
+    tags = ssh(1, "docker images --format '{{.Tag}}' kunlun-serving").stdout.split()
+    assert KNOWN_BAD not in tags, tags
+
+
+def test_the_cpu_sampler_candidate_is_caught_by_the_canary_and_rolled_back_under_load(served):
+    inventory_before = STACK_FILE.read_text()
+    with Load(*endpoint(), clients=4, max_tokens=24) as load:
+        rc, out, results, report = upgrade("--to", CPU_SAMPLER)
+    print("upgrade under load: %s" % load.summary())
+    assert rc == 2 and results["outcome"] == "rolled-back", out[-6000:]
+    # Nothing lost through the endpoint while the canary was drained, switched, measured and put back.
+    assert load.failed == [], load.failed[:5]
+    assert load.ok > 0
+    # The steps: the image ahead, the canary switched, measured, restored; nothing promoted.
+    assert [(s["name"], s["result"]) for s in results["steps"]] == [
+        ("plan", "ok"),
+        ("image", "ok"),
+        ("canary", "ok"),
+        ("measure", "failed"),
+        ("restore", "ok"),
+    ]
+    canary, baseline = results["canary"], results["baseline"]
+    assert (canary, baseline) == ("kf-node-1", "kf-node-2")
+    # Caught by the comparison, not by readiness or the 30 tok/s line: the canary step (the
+    # rollout's readiness and single-stream gate) passed; its 32 tok/s capacity is then shared
+    # with the endpoint's load, where the baseline's grows with the batch.
+    figures = results["figures"]
+    assert "throughput" in results["gate"]["failed"], results["gate"]
+    gate = next(g for g in results["gate"]["gates"] if g["name"] == "throughput")
+    assert figures["canary"]["output_tok_s"] < 0.7 * figures["baseline"]["output_tok_s"], figures
+    # The run says which gate failed, with both figures.
+    assert gate["message"] in results["reason"]
+    assert "%.0f" % figures["baseline"]["output_tok_s"] in gate["message"], gate["message"]
+    assert results["outputs"]["passed"] is True
+    # Only the canary ever changed, and it serves its image again; the inventory still names the validated stack.
+    after = fleet_state()
+    assert after["kf-node-1"][0] == served["kf-node-1"][0] and after["kf-node-1"][1] != served["kf-node-1"][1]
+    assert {h: after[h] for h in ("kf-node-2", "kf-node-3")} == {h: served[h] for h in ("kf-node-2", "kf-node-3")}
+    assert all(after[h][2] == served[h][2] for h in after), "a host's current tag moved"
+    assert all(h["stack_after"] == VALIDATED and not h["changed"] for h in results["hosts"]), results["hosts"]
+    assert STACK_FILE.read_text() == inventory_before
+    # The candidate's image was distributed ahead to every host, under its stack's tag.
+    for i in (1, 2, 3):
+        label = ssh(
+            i,
+            "docker image inspect --format '{{ index .Config.Labels \"org.kunlun-fleet.stack\" }}' kunlun-serving:%s"
+            % CPU_SAMPLER,
+        ).stdout.strip()
+        assert label == CPU_SAMPLER
+    # The report: the page, the operator's summary naming the failed gate.
+    assert (report / "report.html").is_file()
+    assert "FAIL" in (report / "report.md").read_text() and "throughput" in (report / "report.md").read_text()
