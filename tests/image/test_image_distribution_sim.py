@@ -63,7 +63,8 @@ def image_ids(index):
 
 
 def build_tag(ids):
-    tags = [t for t in ids if t not in ("current", "previous")]
+    """The inputs' hash (16 hex digits); current, previous and the stack's name are moving tags."""
+    tags = [t for t in ids if re.fullmatch(r"[0-9a-f]{16}", t)]
     assert len(tags) == 1, ids
     return tags[0]
 
