@@ -22,8 +22,10 @@ def _duration(seconds):
     )
 
 
-def stack_info(base, image_tag):
-    """The pins the checkout at base deploys, and the image tag when the run computed it."""
+def stack_info(base, image_tag, inventory=None, stack=None):
+    """The stack the run deploys (`stack`, else the inventory's kunlun_stack_stack, else the
+    checkout's default) and its pins as the checkout at base has them, and the image tag when
+    the run computed it."""
     import yaml
 
     info = {"image_tag": image_tag}
@@ -31,12 +33,20 @@ def stack_info(base, image_tag):
         pins = yaml.safe_load((Path(base) / "roles/kunlun_stack/defaults/main.yml").read_text()) or {}
     except (OSError, yaml.YAMLError):
         return info
-    from kunlun_fleet.bundle import module_utils
+    from kunlun_fleet.bundle import load_pins, module_utils
 
     module_utils()
     from ansible.module_utils.kunlun_stack import resolve_pins
 
-    pins = resolve_pins(pins)
+    if inventory:
+        try:
+            chosen = load_pins(inventory)
+            for key in ("kunlun_stack_stack", "kunlun_stack_site_stacks"):
+                pins[key] = chosen.get(key, pins.get(key))
+        except (OSError, ValueError, yaml.YAMLError):
+            pass
+    pins = resolve_pins(pins, stack)
+    info["name"] = pins.get("kunlun_stack_stack")
     components = pins.get("kunlun_stack_components") or {}
     info["versions"] = {name: c.get("version") for name, c in components.items() if isinstance(c, dict)}
     for key, label in (("kunlun_stack_driver", "xre_driver"), ("kunlun_stack_gateway_router", "vllm_router")):
@@ -223,6 +233,8 @@ def summary_markdown(s):
     stack = s.get("stack") or {}
     if stack.get("versions") or stack.get("image_tag"):
         out += ["## Stack", ""]
+        if stack.get("name"):
+            out.append("Stack: %s." % stack["name"])
         if stack.get("versions"):
             out.append(
                 "Pins (roles/kunlun_stack/defaults/main.yml): "

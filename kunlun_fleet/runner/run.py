@@ -364,8 +364,25 @@ class Run:
         return self.masker.text(shlex.join(cmd + list(tail)))
 
     def stack(self):
-        """The pins this checkout deploys, and the image tag when this run computed it."""
-        return stack_info(self.base, self.tracker.image_tag)
+        """The stack and pins this run deploys, and the image tag when this run computed it."""
+        return stack_info(self.base, self.tracker.image_tag, self.inventory, self.extra_stack())
+
+    def extra_stack(self):
+        """kunlun_stack_stack as this run's extra vars give it (-e name=value or -e JSON), or None."""
+        args = list(self.args)
+        for flag, value in zip(args, args[1:], strict=False):
+            if flag not in ("-e", "--extra-vars"):
+                continue
+            if value.lstrip().startswith("{"):
+                try:
+                    found = json.loads(value).get("kunlun_stack_stack")
+                except (ValueError, AttributeError):
+                    found = None
+                if found:
+                    return str(found)
+            elif value.startswith("kunlun_stack_stack="):
+                return value.split("=", 1)[1]
+        return None
 
     def report(self, code, status, rc):
         summary = build_summary(self, code, status, rc)

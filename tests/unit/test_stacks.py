@@ -141,3 +141,22 @@ def test_a_site_stack_based_on_another_is_complete_and_both_implementations_agre
     # A base that is no stack is named.
     problems, _ = check_stack("x", STACKS, {"x": {"based_on": "nope", "status": "candidate"}})
     assert "based_on nope is no other stack" in str(problems[0])
+
+
+def test_the_run_report_names_the_stack_the_run_deploys(tmp_path):
+    from kunlun_fleet.runner.report import stack_info
+    from kunlun_fleet.runner.run import Run
+
+    inv = tmp_path / "inv"
+    (inv / "group_vars" / "all").mkdir(parents=True)
+    (inv / "group_vars" / "all" / "stack.yml").write_text('kunlun_stack_stack: "%s"\n' % BAD)
+    info = stack_info(ROOT, None, str(inv))
+    assert info["name"] == BAD and info["versions"]["vllm_kunlun"] == "0.25.1.dev0"
+    assert stack_info(ROOT, None, str(inv), VALIDATED)["versions"]["vllm_kunlun"] == "0.15.1.dev0"
+    run = Run.__new__(Run)
+    run.args = ["-e", '{"kunlun_stack_stack": "%s", "image_promote": false}' % VALIDATED, "--check"]
+    assert run.extra_stack() == VALIDATED
+    run.args = ["-e", "kunlun_stack_stack=%s" % BAD]
+    assert run.extra_stack() == BAD
+    run.args = ["-e", '{"serve_image_tag": "x"}']
+    assert run.extra_stack() is None
