@@ -74,6 +74,20 @@ def test_bad_pins_and_serving_values_are_each_refused_by_name(inventory, run_pre
     assert_refused_before_hosts(rc, out, *needles)
 
 
+def test_an_unknown_stack_and_a_copy_of_the_shipped_stacks_are_refused(inventory, run_preflight):
+    """A stack name that is none (a typo) stops before anything is worked out from it; the
+    shipped stacks change with a release, a site adds its own beside them."""
+    from kunlun_fleet.bundle import load_pins
+
+    inventory.update("group_vars/all/stack.yml", kunlun_stack_stack="0.15.1-4885de3")
+    rc, out = run_preflight(inventory)
+    assert_refused_before_hosts(rc, out, "kunlun_stack_stack is 0.15.1-4885de3: no such stack (known: 0.15.1-4885de2")
+    shipped = load_pins()["kunlun_stack_stacks"]
+    inventory.update("group_vars/all/stack.yml", kunlun_stack_stack="0.15.1-4885de2", kunlun_stack_stacks=shipped)
+    rc, out = run_preflight(inventory)
+    assert_refused_before_hosts(rc, out, "kunlun_stack_stacks is set", "kunlun_stack_site_stacks")
+
+
 def test_empty_xpu_servers_group(inventory, run_preflight):
     hosts = inventory.hosts()
     hosts["all"]["children"]["xpu_servers"]["hosts"] = {}
