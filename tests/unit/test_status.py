@@ -929,9 +929,11 @@ READ_ONLY = {*OWN_MODULES, "ansible.builtin.uri", "ansible.builtin.slurp", "ansi
 def test_the_playbook_only_reads():
     plays = yaml.safe_load((ROOT / "playbooks/status.yml").read_text())
     assert [r["role"] for p in plays for r in p.get("roles", [])] == ["kunlun_stack"]
-    # kunlun_stack's tasks: one set_fact, run once (the fleet's worker URLs), nothing on a host.
+    # kunlun_stack's tasks: the stack's name checked and one set_fact, each run once (the
+    # fleet's worker URLs), nothing on a host.
     stack = yaml.safe_load((ROOT / "roles/kunlun_stack/tasks/main.yml").read_text())
-    assert [next(k for k in t if "." in k) for t in stack] == ["ansible.builtin.set_fact"]
+    assert [next(k for k in t if "." in k) for t in stack] == ["ansible.builtin.assert", "ansible.builtin.set_fact"]
+    assert all(t["run_once"] is True for t in stack)
     for play in plays:
         assert play.get("gather_facts") is False
         for task in play["tasks"]:
