@@ -829,13 +829,6 @@ def build_site_stack_bundles(base_bundle: str, inventory: str = None, out_root: 
     return results
 
 
-def _same_file(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b) or (os.path.getsize(a) == os.path.getsize(b) and sha256_file(a) == sha256_file(b))
-    except OSError:
-        return False
-
-
 def build_stack_bundle(base_bundle: str, out: str, commit: str, pins: dict = None, log=print) -> dict:
     """A complete offline bundle at `out` for a stack that differs from the built sim bundle
     `base_bundle` only in vllm-kunlun's source commit (a variant: VLLM_KUNLUN_VARIANTS).
@@ -873,24 +866,15 @@ def build_stack_bundle(base_bundle: str, out: str, commit: str, pins: dict = Non
     if os.path.isdir(out) and os.listdir(out) and not os.path.exists(os.path.join(out, MANIFEST)):
         raise ValueError(f"{out} holds files and no {MANIFEST}: not a bundle this would replace")
     os.makedirs(out, exist_ok=True)
+    sums = manifest_mod.SumCache(None)
     # The previous index and manifest, on a first build: the builder takes the index pins'
     # wheels again from them without pip (they are rewritten, never edited in place).
     for rel in sorted(listed) + [index_mod.INDEX, MANIFEST]:
         if rel == base_source or (rel in (index_mod.INDEX, MANIFEST) and os.path.exists(os.path.join(out, rel))):
             continue
-        src, dst = os.path.join(base, rel), os.path.join(out, rel)
-        if os.path.exists(dst) and _same_file(src, dst):
-            continue
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        tmp = dst + ".kf-tmp"
-        if os.path.lexists(tmp):
-            os.remove(tmp)
-        try:
-            os.link(src, tmp)
-        except OSError:
-            shutil.copy2(src, tmp)
-        os.replace(tmp, dst)
-        changed.append(rel)
+        # The product builder's own placement: left alone when the same, else a hardlink or a copy.
+        if product.place(os.path.join(base, rel), os.path.join(out, rel), sums):
+            changed.append(rel)
     path = os.path.join(out, rel_source)
     if not os.path.exists(path) or sha256_file(path) != hashlib.sha256(data).hexdigest():
         _write(path, data)

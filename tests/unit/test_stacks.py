@@ -134,7 +134,8 @@ def test_a_site_stack_based_on_another_is_complete_and_both_implementations_agre
     assert list(one["components"]) == list(STACKS[VALIDATED]["components"])
     assert one["components"]["vllm_kunlun"]["commit"] == "7c1e0a2" and one["components"]["torch"]["version"] == "2.5.1"
     assert two["components"]["vllm_kunlun"]["commit"] == "b3f9d41" and two["serving_env"] == {"A": "1"}
-    assert check_stack("0.15.1-b3f9d41", STACKS, site) == ([], [check_stack("0.15.1-b3f9d41", STACKS, site)[1][0]])
+    problems, warnings = check_stack("0.15.1-b3f9d41", STACKS, site)
+    assert problems == [] and len(warnings) == 1 and "0.15.1-b3f9d41 is a candidate" in warnings[0]
     pins = resolve_pins(dict(RAW, kunlun_stack_site_stacks=site), "0.15.1-b3f9d41")
     assert pins["kunlun_stack_components"]["vllm_kunlun"]["commit"] == "b3f9d41"
     assert pins["kunlun_stack_serving"] == STACKS[VALIDATED]["serving"]
