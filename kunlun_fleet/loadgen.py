@@ -1,4 +1,4 @@
-"""A small load generator for the fleet endpoint (the e2e suite's rolling restart under load).
+"""A small load generator for the fleet endpoint (the upgrade and driver-pass tests under load).
 
 Clients send chat completions (streamed) and completions through the endpoint with the
 official openai client until stopped. The client retries (max_retries) what a restart

@@ -493,6 +493,9 @@ def health(row, has_gateway):
                 "accelerators %d/%d ok%s"
                 % (ok, expected, (" (not ok: %s)" % ", ".join(str(b) for b in bad)) if bad else "")
             )
+    held_out = (row.get("serving") or {}).get("held_out")
+    if held_out:
+        reasons.append("held out of service: %s" % held_out)
     gateway = row.get("gateway") or {}
     watchdog = row.get("watchdog") or {}
     if watchdog.get("state") == "quarantined":

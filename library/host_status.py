@@ -147,11 +147,12 @@ serving:
   description:
     - C(model) (the unit's C(--served-model-name)), C(port), C(worker_url) (as given),
       C(requests_running), C(requests_waiting) (null when not read), C(error) (the unit or
-      C(/metrics) could not be read).
+      C(/metrics) could not be read), C(held_out) (the reason in C(config_dir/held-out), written
+      when the driver stage's rolling pass held the host out of service; null when there is none).
   returned: always
   type: dict
   sample: {model: Qwen3.8-27B-INT8-W8A8-Dynamic, port: 8000, worker_url: "http://10.20.1.11:8000",
-           requests_running: 3, requests_waiting: 0, error: ""}
+           requests_running: 3, requests_waiting: 0, error: "", held_out: null}
 """
 
 import json
@@ -410,6 +411,15 @@ def read_unit(path):
         port=_int(flag_value(run["args"], "--port")),
     )
     return found
+
+
+def read_held_out(config_dir):
+    """The reason the host was held out of service (config_dir/held-out, its first line), or None."""
+    try:
+        with open(os.path.join(config_dir, "held-out")) as fh:
+            return fh.readline().strip() or "held out (no reason written)"
+    except (IOError, OSError):
+        return None
 
 
 def read_pinned(config_dir):
@@ -687,6 +697,7 @@ def read(module, p, os_release=OS_RELEASE, mountinfo=MOUNTINFO, uptime=UPTIME):
         "requests_running": None,
         "requests_waiting": None,
         "error": unit["error"],
+        "held_out": read_held_out(p["config_dir"]),
     }
     active = out["service"].get("active")
     if active == "active":

@@ -145,8 +145,15 @@ PHASES = [
         Suite("molecule-image", "fleet", [scenario("image"), "tests/image/test_image_distribution_sim.py"]),
         # A stack upgrade on the served fleet: a known-bad stack refused, the stack served
         # unchanged, the CPU-sampler candidate caught by the canary gate under load through
-        # the endpoint and put back (docs/upgrades.md).
-        Suite("upgrade-sim", "fleet", ["tests/upgrade/test_upgrade_sim.py"], timeout=1200),
+        # the endpoint and put back (docs/upgrades.md). Then the driver stage's rolling pass:
+        # XRE upgraded across the serving fleet under load, one host at a time, and back,
+        # with a host held out by its gate on the way (the fleet left on the pinned XRE).
+        Suite(
+            "upgrade-sim",
+            "fleet",
+            ["tests/upgrade/test_upgrade_sim.py", "tests/upgrade/test_driver_rolling_sim.py"],
+            timeout=1500,
+        ),
     ],
     [
         # kf-node-1, converged and serving as phase 1 leaves it: serve's scenario, then the

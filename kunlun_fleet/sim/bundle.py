@@ -47,11 +47,13 @@ import importlib.util
 import io
 import json
 import os
+import posixpath
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
+from pathlib import Path
 
 import yaml
 
@@ -625,6 +627,16 @@ def build_model(pins: dict, vendor: str) -> str:
     return model_dir
 
 
+def xre_run(version: str) -> bytes:
+    """The bytes of the kit's XRE installer of `version` (reproducible)."""
+    spec = importlib.util.spec_from_file_location("kunlun_kit_xre", XRE_MODULE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(mod.build_xre_run(version, Path(tmp)), "rb") as fh:
+            return fh.read()
+
+
 def build_driver(pins: dict, vendor: str):
     """The XRE installer from the kit helper's builder, when it exists."""
     if not os.path.exists(XRE_MODULE):
@@ -815,23 +827,28 @@ STACK_BUNDLES = os.path.join(SIM_HOME, "bundles")
 
 def build_site_stack_bundles(base_bundle: str, inventory: str = None, out_root: str = STACK_BUNDLES, log=print) -> list:
     """A bundle for each of the sim inventory's site stacks (kunlun_stack_site_stacks) whose
-    vllm-kunlun commit is a variant, at <out_root>/<stack name> - where the sim inventory's
-    kunlun_stack_bundle_dir points for that stack. Returns build_stack_bundle's results."""
+    vllm-kunlun commit is a variant or whose XRE driver is another version, at
+    <out_root>/<stack name> - where the sim inventory's kunlun_stack_bundle_dir points for that
+    stack. Returns build_stack_bundle's results."""
     from kunlun_fleet import bundle as product
 
     inventory = inventory or SIM_INVENTORY
     results = []
-    for name in sorted(product.load_pins(inventory).get("kunlun_stack_site_stacks") or {}):
+    base_pins = product.load_pins(inventory)
+    base_driver = str(base_pins["kunlun_stack_driver"]["version"])
+    for name in sorted(base_pins.get("kunlun_stack_site_stacks") or {}):
         pins = product.load_pins(inventory, stack=name)
         commit = str(component(pins, "vllm_kunlun").get("commit"))
-        if commit in VLLM_KUNLUN_VARIANTS:
+        if commit in VLLM_KUNLUN_VARIANTS or str(pins["kunlun_stack_driver"]["version"]) != base_driver:
             results.append(build_stack_bundle(base_bundle, os.path.join(out_root, name), commit, pins=pins, log=log))
     return results
 
 
 def build_stack_bundle(base_bundle: str, out: str, commit: str, pins: dict = None, log=print) -> dict:
     """A complete offline bundle at `out` for a stack that differs from the built sim bundle
-    `base_bundle` only in vllm-kunlun's source commit (a variant: VLLM_KUNLUN_VARIANTS).
+    `base_bundle` only in vllm-kunlun's source commit (a variant: VLLM_KUNLUN_VARIANTS) and/or
+    in the XRE driver's version (the kit's installer of the pins' version takes the base's
+    installer's place).
 
     Every file of the base bundle's MANIFEST.sha256 is hardlinked into `out` (copied when
     the link fails: another filesystem), except the base's vllm-kunlun tarball; the
@@ -860,9 +877,21 @@ def build_stack_bundle(base_bundle: str, out: str, commit: str, pins: dict = Non
     except (OSError, ValueError, yaml.YAMLError, AttributeError) as exc:
         raise ValueError(f"{base} is not a built bundle (bundle.yml and {MANIFEST}): {exc}") from exc
     base_source = (base_index.get("vllm_kunlun") or {}).get("path")
-    rel_source, data = vllm_kunlun_variant(commit)
+    replaced = {}  # bundle path -> bytes, in the place of a base file
+    if commit in VLLM_KUNLUN_VARIANTS:
+        rel_source, data = vllm_kunlun_variant(commit)
+        replaced[rel_source] = data
+    else:
+        rel_source, base_source = base_source, None
+    base_driver = (base_index.get("driver") or {}).get("path")
+    version = str(pins["kunlun_stack_driver"]["version"])
+    if base_driver and not os.path.basename(base_driver).endswith("-%s.run" % version):
+        replaced[posixpath.join(posixpath.dirname(base_driver), "xre-Linux-x86_64-%s.run" % version)] = xre_run(version)
+    else:
+        base_driver = None
     changed = []
-    wanted = {rel for rel in listed if rel != base_source} | {rel_source, index_mod.INDEX, MANIFEST}
+    dropped = {base_source, base_driver} - {None}
+    wanted = {rel for rel in listed if rel not in dropped} | set(replaced) | {index_mod.INDEX, MANIFEST}
     if os.path.isdir(out) and os.listdir(out) and not os.path.exists(os.path.join(out, MANIFEST)):
         raise ValueError(f"{out} holds files and no {MANIFEST}: not a bundle this would replace")
     os.makedirs(out, exist_ok=True)
@@ -870,15 +899,16 @@ def build_stack_bundle(base_bundle: str, out: str, commit: str, pins: dict = Non
     # The previous index and manifest, on a first build: the builder takes the index pins'
     # wheels again from them without pip (they are rewritten, never edited in place).
     for rel in sorted(listed) + [index_mod.INDEX, MANIFEST]:
-        if rel == base_source or (rel in (index_mod.INDEX, MANIFEST) and os.path.exists(os.path.join(out, rel))):
+        if rel in dropped or (rel in (index_mod.INDEX, MANIFEST) and os.path.exists(os.path.join(out, rel))):
             continue
         # The product builder's own placement: left alone when the same, else a hardlink or a copy.
         if product.place(os.path.join(base, rel), os.path.join(out, rel), sums):
             changed.append(rel)
-    path = os.path.join(out, rel_source)
-    if not os.path.exists(path) or sha256_file(path) != hashlib.sha256(data).hexdigest():
-        _write(path, data)
-        changed.append(rel_source)
+    for rel, data in sorted(replaced.items()):
+        path = os.path.join(out, rel)
+        if not os.path.exists(path) or sha256_file(path) != hashlib.sha256(data).hexdigest():
+            _write(path, data)
+            changed.append(rel)
     for root, _dirs, names in os.walk(out, topdown=False):
         for name in names:
             rel = os.path.relpath(os.path.join(root, name), out).replace(os.sep, "/")
@@ -903,7 +933,7 @@ def build_stack_bundle(base_bundle: str, out: str, commit: str, pins: dict = Non
         )
     changed += builder.changed + builder.removed
     log(
-        f"stack bundle {out}: the bundle {base} with vllm-kunlun {commit} ({rel_source}); "
+        f"stack bundle {out}: the bundle {base} with vllm-kunlun {commit} ({rel_source}), XRE {version}; "
         + (f"{len(changed)} file(s) written or removed" if changed else "up to date")
     )
     return {"changed": bool(changed), "out": out, "commit": commit, "source": rel_source, "files": changed}

@@ -5,22 +5,30 @@ Each step is a playbook run through the one runner (each leaves its run report),
 
   plan     playbooks/upgrade_plan.yml: the target stack judged by the stack rules (an unknown or
            known-bad stack is refused here, before any change), each host's served stack read,
-           the canary and the baseline chosen. Every host on the target already: unchanged.
+           the canary and the baseline chosen, each host's XRE driver read. Every host on the
+           target (its stack and its driver) already: unchanged.
   image    playbooks/image.yml for the target stack with image_promote false: built and proved
            once, distributed to every serving host under its own tags; nothing served changes.
+  canary-driver  when the target stack's XRE driver is not the canary's: playbooks/driver.yml
+           on the canary alone, for the target stack (its rolling pass: drained, serving
+           stopped, the driver installed, every card verified, serving restarted and gated),
+           so that the canary is measured on the whole stack.
   canary   playbooks/serve.yml on the canary alone, on the target stack's image (drained
            through the gateway, restarted, gated on readiness; the serve role puts it back on
            its image when the gate fails).
   measure  playbooks/canary.yml: the canary against the baseline, side by side (the golden
            outputs, a single stream, one concurrency point), the gate.
   then, on PASS:
+  promote-driver  when other hosts need the target's driver: playbooks/driver.yml for the
+           target stack, its rolling pass one host at a time behind the capacity gate.
   promote  playbooks/image.yml for the target stack (its image tagged current on every host,
            the one before previous), then playbooks/serve.yml for the target stack: the rest
            rolled out by the rollout's batches behind its capacity gate; the inventory's
            kunlun_stack_stack line set to the target.
   or on FAIL:
   restore  playbooks/serve.yml on the canary alone, on the inventory's stack (its current
-           image): the canary back; no other host ever changed.
+           image), and playbooks/driver.yml on it when its driver was changed: the canary
+           back; no other host ever changed.
 
 --check: plan, then image and canary in check mode (what they would do), nothing measured.
 The report (results.json, report.md, report.html) goes to reports/upgrade-<timestamp>/.
@@ -35,11 +43,12 @@ from kunlun_fleet import runner
 from kunlun_fleet.upgrade import report
 
 # The steps' playbooks, relative to the checkout.
-PLAN, IMAGE, SERVE, CANARY = (
+PLAN, IMAGE, SERVE, CANARY, DRIVER = (
     "playbooks/upgrade_plan.yml",
     "playbooks/image.yml",
     "playbooks/serve.yml",
     "playbooks/canary.yml",
+    "playbooks/driver.yml",
 )
 
 
@@ -117,6 +126,7 @@ class Upgrade:
         self.out_dir = out_dir
         self.out_dir.mkdir(parents=True)
         self.steps, self.plan, self.measure = [], None, None
+        self.canary_driver = False  # the canary-driver step ran (restore puts the driver back too)
         self.results = None
 
     # ------------------------------------------------------------------ one step
@@ -172,10 +182,18 @@ class Upgrade:
         if self.plan.get("unchanged"):
             return "unchanged", "every host already serves %s" % self.to
         canary, baseline = self.plan["canary"], self.plan["baseline"]
+        driver_hosts = self.plan.get("driver_hosts") or []
         stack = {"kunlun_stack_stack": self.to}
         rc, message = self.step("image", IMAGE, dict(stack, image_promote=False), check=self.check)
         if rc != runner.OK:
             return "failed", "the image of %s was not built or distributed (no serving change): %s" % (self.to, message)
+        if canary in driver_hosts:
+            rc, message = self.step("canary-driver", DRIVER, stack, limit=canary, check=self.check)
+            self.canary_driver = True
+            if rc != runner.OK:
+                self.restore(canary)
+                to_driver = self.plan.get("to_driver")
+                return "rolled-back", "canary %s did not take XRE %s: %s" % (canary, to_driver, message)
         rc, message = self.step("canary", SERVE, dict(stack, serve_image_tag=self.to), limit=canary, check=self.check)
         if rc != runner.OK:
             self.restore(canary)
@@ -184,11 +202,17 @@ class Upgrade:
             self.skipped("measure", "check mode: the canary gate measures nothing", "would-run")
             self.skipped("promote", "check mode", "would-run")
             rest = self.plan["rest"]
-            return "would-upgrade", "would build %s, switch canary %s, measure it against %s, then promote to %s" % (
+            driver = (
+                " (XRE %s on %s first, one host at a time)" % (self.plan.get("to_driver"), ", ".join(driver_hosts))
+                if driver_hosts
+                else ""
+            )
+            return "would-upgrade", "would build %s, switch canary %s, measure it against %s, then promote to %s%s" % (
                 self.to,
                 canary,
                 baseline,
                 ", ".join(rest) or "no other host",
+                driver,
             )
         measure_file = self.out_dir / "measure.json"
         rc, message = self.step(
@@ -207,7 +231,11 @@ class Upgrade:
             why = (self.measure or {}).get("message") or message
             self.restore(canary)
             return "rolled-back", "canary %s against baseline %s: %s" % (canary, baseline, why)
-        rc, message = self.step("promote-image", IMAGE, stack)
+        rc = runner.OK
+        if [h for h in driver_hosts if h != canary]:
+            rc, message = self.step("promote-driver", DRIVER, stack)
+        if rc == runner.OK:
+            rc, message = self.step("promote-image", IMAGE, stack)
         if rc == runner.OK:
             rc, message = self.step("promote", SERVE, stack)
         if rc != runner.OK:
@@ -224,8 +252,11 @@ class Upgrade:
         return "promoted", self.measure.get("message", "PASS")
 
     def restore(self, canary):
-        """The canary back on the inventory's stack (its current image)."""
+        """The canary back on the inventory's stack (its current image, and its driver when the
+        canary's was changed: the driver stage's rolling pass on it alone)."""
         self.step("restore", SERVE, {}, limit=canary)
+        if self.canary_driver:
+            self.step("restore-driver", DRIVER, {}, limit=canary)
 
     # ------------------------------------------------------------------ the report
     def hosts_after(self):

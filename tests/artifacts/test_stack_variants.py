@@ -285,6 +285,26 @@ def test_a_second_stack_bundle_build_changes_nothing(base, stack_bundles):
     assert snapshot(out) == before
 
 
+def test_a_stack_bundle_with_another_xre_carries_that_installer(base, tmp_path):
+    """The sim inventory's 0.15.1-4885de2-xre27: the validated combination on XRE 5.0.21.27
+    (the driver stage's rolling pass is tested with it): the kit's installer of that version
+    in the base installer's place, the rest the base bundle's, and the product's check passes."""
+    pins = product.load_pins(bundle.SIM_INVENTORY, stack="0.15.1-4885de2-xre27")
+    out = tmp_path / "xre27"
+    built = bundle.build_stack_bundle(str(base["bundle"]), str(out), "4885de2", pins=pins, log=lambda *_: None)
+    files, base_files = bundle_files(out), bundle_files(base["bundle"])
+    assert files["driver"] == "drivers/xre-Linux-x86_64-5.0.21.27.run", files
+    assert base_files["driver"] == "drivers/xre-Linux-x86_64-5.0.21.26.run", base_files
+    assert not (out / base_files["driver"]).exists()
+    assert {k: v for k, v in files.items() if k != "driver"} == {k: v for k, v in base_files.items() if k != "driver"}
+    assert b"5.0.21.27" in (out / files["driver"]).read_bytes()
+    lines = []
+    assert product.check(str(out), pins=pins, no_base_image=True, log=lines.append) == 0, "\n".join(lines)
+    assert built["changed"] is True
+    again = bundle.build_stack_bundle(str(base["bundle"]), str(out), "4885de2", pins=pins, log=lambda *_: None)
+    assert again["changed"] is False and again["files"] == []
+
+
 def test_the_command_line_builds_a_stack_bundle(base, tmp_path):
     out = tmp_path / "b3f9d41"
     assert bundle.main(["stack", "--stack-commit", "b3f9d41", "--base", str(base["bundle"]), str(out)]) == 0

@@ -10,10 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-import yaml
 
 from kunlun_fleet import ee, vault
-from kunlun_fleet.loadgen import Load
 from kunlun_fleet.sim.config import SIM_HOME, host_address
 from kunlun_fleet.sim.testing import recap, sim, ssh
 
@@ -445,71 +443,11 @@ def started_at(index):
     return ssh(index, "systemctl show -P ActiveEnterTimestampMonotonic kunlun-serve.service").stdout.strip()
 
 
-def restarted_in_order(out):
-    """The hosts of each `(Re)start` task, in the order the run printed them."""
-    order = []
-    for block in out.split(RESTART_TASK)[1:]:
-        order += re.findall(r"^changed: \[(kf-node-\d)\]", block.split("\nTASK [")[0], re.M)
-    return order
-
-
-def test_rolling_restart_under_load_loses_nothing(first_run):
-    before = {i: started_at(i) for i in (1, 2, 3)}
-    # One more variable in the serving environment (the inventory's kept): every host restarts.
-    sim_vars = yaml.safe_load((ROOT / "inventories/sim/group_vars/all/sim.yml").read_text())
-    roll_env = json.dumps(
-        {
-            "kunlun_stack_serving_env_overrides": dict(
-                sim_vars.get("kunlun_stack_serving_env_overrides") or {}, KF_E2E_ROLL="1"
-            )
-        }
-    )
-    # Check mode first: it names every host that would restart, and changes nothing.
-    rc, out = ansible_playbook("playbooks/serve.yml", "--check", "--diff", "-e", roll_env)
-    assert rc == 0, out[-6000:]
-    assert "rollout: 3 of 3 host(s) need a restart (kf-node-1, kf-node-2, kf-node-3)" in out, out[-3000:]
-    assert out.count("kunlun-serve would be (re)started on kunlun-serving:current") == 3, out[-3000:]
-    assert {i: started_at(i) for i in (1, 2, 3)} == before
-    assert all("KF_E2E_ROLL" not in ssh(i, "cat /etc/kunlun-serve/serve.env").stdout for i in (1, 2, 3))
-    with Load(*endpoint()) as load:
-        time.sleep(5)
-        rc, out = ansible_playbook("playbooks/serve.yml", "-e", roll_env)
-        time.sleep(5)
-    assert rc == 0, out[-6000:]
-    print("rolling restart under load: %s" % load.summary())
-    keep("e2e-rollout-under-load.json", json.dumps(dict(load.summary(), lost=load.failed[:20]), indent=2))
-    assert load.failed == [], load.failed[:5]
-    after = {i: started_at(i) for i in (1, 2, 3)}
-    assert all(after[i] != before[i] for i in before), (before, after)
-    # The load ran through the whole rollout, as an order of events (not a count that
-    # depends on the machine's speed): requests were served before the first restart and
-    # after each host's new start (systemd's monotonic stamp and the client's share a clock).
-    starts = sorted(int(after[i]) / 1e6 for i in after)
-    assert load.served_at and min(load.served_at) < starts[0], (load.served_at[:3], starts)
-    for host_start in starts:
-        assert any(t > host_start for t in load.served_at), (
-            "nothing served after a start",
-            host_start,
-            load.served_at[-3:],
-        )
-    # The default bound on 3 hosts (one host, or 10% rounded down): the canary first, then
-    # one host at a time, in inventory order.
-    assert "a canary, then at most 1 host(s) out of service at once (serve_max_unavailable=10% of 3)" in out, out[
-        -3000:
-    ]
-    assert restarted_in_order(out) == HOSTS, out[-4000:]
-    # Each batch behind the capacity gate, which names its host and the load against the rest.
-    assert out.count("TASK [serve : Rollout | Capacity before this batch]") == 3, out[-3000:]
-    gates = re.findall(r"capacity: [^\"]*", out)
-    for host in HOSTS:
-        # "taking out kf-node-2 leaves ..." with a bench curve, "taking out kf-node-2: go" without.
-        assert any(re.search(r"taking out %s\b" % host, g) for g in gates), (host, gates)
-    assert all(ssh(i, "test -e /etc/kunlun-serve/restart-pending", check=False).returncode != 0 for i in (1, 2, 3))
-
-
 def test_rollback_playbook_serves_previous_then_current_again(first_run):
     """On one host (`--limit`, the operator's batch): the same playbook and role run on
-    every host of a batch; the rolling restart above covers the batches themselves."""
+    every host of a batch. Hosts one after another under load, each behind the capacity
+    gate and drained: the driver stage's rolling pass (tests/upgrade/test_driver_rolling_sim.py);
+    the serve rollout's batches from its plan: tests/unit/test_rollout_capacity.py."""
     # A "previous" image: the current one with another label (another image ID).
     ssh(
         2,

@@ -26,7 +26,7 @@ from kunlun_fleet import monitoring
 from engine import OPENER
 
 # The metric names the product's own code reads from a vLLM /metrics: the bench's counters
-# (module_utils/bench_results.py), the requests in flight (roles/serve/tasks/restart.yml,
+# (module_utils/bench_results.py), the requests in flight (roles/serve/tasks/drain.yml,
 # the drain; library/host_status.py; module_utils/rollout_capacity.py, the capacity gate).
 PRODUCT_METRICS = (
     "vllm:generation_tokens_total",

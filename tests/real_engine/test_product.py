@@ -1,7 +1,7 @@
 """The product's engine-facing code against the real vLLM 0.15.1 and the stand-in, run as
 Ansible runs it (ansible-playbook on localhost, the project's library and roles):
 readiness (serving_ready), the drain's in-flight read (the serve role's own tasks from
-roles/serve/tasks/restart.yml), host_status's requests running and waiting, the acceptance
+roles/serve/tasks/drain.yml), host_status's requests running and waiting, the acceptance
 role's streamed line, a bench point (bench_point with the bench venv's aiperf, gated
 valid), and Prometheus scraping the real server with the project's alert rules."""
 
@@ -84,11 +84,11 @@ def results(doc):
 
 def drain_tasks():
     """The serve role's own drain read, verbatim: the wait on vllm:num_requests_running and
-    _waiting, and what it finds still in flight (roles/serve/tasks/restart.yml)."""
-    tasks = yaml.safe_load((engine.SERVE_ROLE / "tasks" / "restart.yml").read_text())
-    names = ["Restart | Let in-flight requests finish", "Restart | What is still in flight"]
+    _waiting, and what it finds still in flight (roles/serve/tasks/drain.yml)."""
+    tasks = yaml.safe_load((engine.SERVE_ROLE / "tasks" / "drain.yml").read_text())
+    names = ["Drain | Let in-flight requests finish", "Drain | What is still in flight"]
     found = [t for t in tasks if t.get("name") in names]
-    assert [t["name"] for t in found] == names, "restart.yml no longer has the drain's tasks"
+    assert [t["name"] for t in found] == names, "drain.yml no longer has the drain's tasks"
     return found
 
 
@@ -194,9 +194,9 @@ def test_readiness_drain_status_and_acceptance(which, servers, clients, tmp_path
     busy, idle = results(busy_doc), results(idle_doc)
 
     # The drain: 1 in flight while the request ran (it would stop the rollout), 0 after.
-    assert busy["Restart | What is still in flight"]["ansible_facts"]["serve_in_flight"] == 1, busy
-    assert idle["Restart | What is still in flight"]["ansible_facts"]["serve_in_flight"] == 0, out
-    assert idle["Restart | Let in-flight requests finish"].get("attempts", 1) == 1, out
+    assert busy["Drain | What is still in flight"]["ansible_facts"]["serve_in_flight"] == 1, busy
+    assert idle["Drain | What is still in flight"]["ansible_facts"]["serve_in_flight"] == 0, out
+    assert idle["Drain | Let in-flight requests finish"].get("attempts", 1) == 1, out
 
     # host_status: the unit's model and port, and the requests the engine reports.
     want = {"model": srv.rendered.served_name, "port": srv.port, "error": ""}

@@ -150,7 +150,7 @@ def test_drain_out_of_time_stops_then_force_cuts(serving_host):
     # 2. Forced: restarted at once, the cut counted, the stream ends early.
     rc, out = serve("-e", "serve_drain_timeout=4", "-e", "serve_drain_force=true", *extra_env(CHANGED_ENV))
     assert rc == 0, out[-3000:]
-    assert "restarting with 1 request(s) still running or waiting" in out and "1 request(s) cut" in out, out[-4000:]
+    assert "going on with 1 request(s) still running or waiting" in out and "1 request(s) cut" in out, out[-4000:]
     assert service_invocation() != before, "serve_drain_force did not restart the host"
     assert stream.done.wait(60), "the cut stream did not end"
     assert served_so_far <= stream.chunks < 4000 and stream.finish != "length", (stream.chunks, stream.finish)

@@ -515,7 +515,14 @@ def test_one_read_of_a_serving_host(host_root):
         "requests_running": 5,
         "requests_waiting": 1,
         "error": "",
+        "held_out": None,
     }
+    # Held out by the driver stage's rolling pass: its reason, first line, is the host's.
+    (host_root / "etc/kunlun-serve").mkdir(parents=True, exist_ok=True)
+    (host_root / "etc/kunlun-serve/held-out").write_text("2026-12-04T23:40:00Z driver rolling pass: card 3 in error\n")
+    assert host_status.read_held_out(str(host_root / "etc/kunlun-serve")) == (
+        "2026-12-04T23:40:00Z driver rolling pass: card 3 in error"
+    )
     # Read-only: systemctl show, docker images, docker container and image inspect, nothing else.
     assert {tuple(c[2:4]) if c[0].endswith("timeout") else tuple(c[:2]) for c in module.calls} == {
         ("/usr/bin/systemctl", "show"),
@@ -711,6 +718,21 @@ def test_each_rule_names_its_reason():
     ]
     assert rows["kf-node-10"]["healthy"] and rows["kf-node-10"]["warnings"] == ["cards below full power: 5"]
     assert doc["healthy"] is False and doc["exit_code"] == 2
+
+
+def test_a_host_held_out_by_the_driver_pass_is_unhealthy_with_its_reason():
+    held = ok_result(active="inactive", worker=W["kf-node-2"])
+    held["serving"]["held_out"] = "2026-12-04T23:40:00Z driver rolling pass to XRE 5.0.21.27: xpu 3 ERR!"
+    results = {"kf-node-1": ok_result(worker=W["kf-node-1"]), "kf-node-2": held}
+    listed = [W["kf-node-1"]]
+    doc = status.document(state_of(fleet_events(results, gateway_events(listed, [W["kf-node-1"], W["kf-node-2"]]))))
+    rows = {r["host"]: r for r in doc["hosts"]}
+    assert rows["kf-node-1"]["healthy"]
+    assert rows["kf-node-2"]["reasons"][:2] == [
+        "kunlun-serve.service is inactive",
+        "held out of service: 2026-12-04T23:40:00Z driver rolling pass to XRE 5.0.21.27: xpu 3 ERR!",
+    ]
+    assert doc["exit_code"] == 2
 
 
 def test_unreachable_wins_the_exit_code_and_a_failed_read_is_unhealthy():

@@ -16,9 +16,12 @@ HOSTS = ["kf-node-1", "kf-node-2", "kf-node-3"]
 OLD, NEW = "0.15.1-4885de2", "0.15.1-7c1e0a2"
 
 
-def plan(unchanged=False, hosts=None):
+def plan(unchanged=False, hosts=None, driver_hosts=()):
     hosts = hosts or {h: OLD for h in HOSTS}
     return {
+        "drivers": {h: "5.0.21.26" for h in HOSTS},
+        "to_driver": "5.0.21.27" if driver_hosts else "5.0.21.26",
+        "driver_hosts": list(driver_hosts),
         "from_stack": OLD,
         "to_stack": NEW,
         "to_status": "candidate",
@@ -164,6 +167,68 @@ def test_refused_and_unchanged_and_check(fake):
     assert labels == ["upgrade-plan", "upgrade-image", "upgrade-canary"]
     assert all(c[4] for c in fake["calls"][1:])
     assert [s["result"] for s in results["steps"][-2:]] == ["would-run", "would-run"]
+
+
+def test_a_stack_with_another_driver_rolls_the_driver_canary_first_then_the_rest(fake):
+    fake["script"].update(
+        {
+            "upgrade-plan": (runner.OK, {"upgrade_plan_file": plan(driver_hosts=HOSTS)}),
+            "upgrade-measure": (runner.OK, {"upgrade_measure_file": measure(True)}),
+        }
+    )
+    rc, results, labels = go(fake)
+    assert rc == runner.OK and results["outcome"] == "promoted"
+    assert labels == [
+        "upgrade-plan",
+        "upgrade-image",
+        "upgrade-canary-driver",
+        "upgrade-canary",
+        "upgrade-measure",
+        "upgrade-promote-driver",
+        "upgrade-promote-image",
+        "upgrade-promote",
+        "upgrade-read-after",
+    ]
+    calls = {c[0]: c for c in fake["calls"]}
+    # The canary's driver alone before it is switched and measured; the rest's after the PASS.
+    assert calls["upgrade-canary-driver"][1:4] == ("playbooks/driver.yml", {"kunlun_stack_stack": NEW}, "kf-node-1")
+    assert calls["upgrade-promote-driver"][1:4] == ("playbooks/driver.yml", {"kunlun_stack_stack": NEW}, None)
+
+
+def test_a_failed_canary_with_another_driver_gets_its_driver_back_too(fake):
+    fake["script"].update(
+        {
+            "upgrade-plan": (runner.OK, {"upgrade_plan_file": plan(driver_hosts=HOSTS)}),
+            "upgrade-measure": (runner.FAILED, {"upgrade_measure_file": measure(False)}),
+        }
+    )
+    rc, results, labels = go(fake)
+    assert rc == runner.FAILED and results["outcome"] == "rolled-back"
+    assert labels[-3:] == ["upgrade-restore", "upgrade-restore-driver", "upgrade-read-after"]
+    restore_driver = [c for c in fake["calls"] if c[0] == "upgrade-restore-driver"][0]
+    # The inventory's stack (its driver), the canary alone; no other host's driver touched.
+    assert restore_driver[1:4] == ("playbooks/driver.yml", {}, "kf-node-1")
+    assert "upgrade-promote-driver" not in labels
+    # A canary whose new driver failed its pass: its image and driver put back, nothing measured.
+    fake["calls"].clear()
+    fake["script"]["upgrade-canary-driver"] = (runner.FAILED, {})
+    rc, results, labels = go(fake)
+    assert results["outcome"] == "rolled-back" and "did not take XRE 5.0.21.27" in results["reason"]
+    assert labels == [
+        "upgrade-plan",
+        "upgrade-image",
+        "upgrade-canary-driver",
+        "upgrade-restore",
+        "upgrade-restore-driver",
+        "upgrade-read-after",
+    ]
+    # --check says the driver comes first, on which hosts.
+    fake["calls"].clear()
+    del fake["script"]["upgrade-canary-driver"]
+    rc, results, labels = go(fake, check=True)
+    assert results["outcome"] == "would-upgrade"
+    assert labels == ["upgrade-plan", "upgrade-image", "upgrade-canary-driver", "upgrade-canary"]
+    assert "XRE 5.0.21.27 on kf-node-1, kf-node-2, kf-node-3 first" in results["reason"]
 
 
 def test_set_inventory_stack(tmp_path):
