@@ -22,7 +22,9 @@ or bad key). Required keys (a value may be null where it says so):
                  "failed"        an error stopped the run (the steps and hosts say where)
                  "would-upgrade" a --check run: what a run would do
     reason       one line: why refused, which gate failed with both figures, the error
-    hosts        [{host, stack_before, stack_after, changed (bool), note}], one per host
+    hosts        [{host, stack_before, stack_after, changed (bool), note}], one per host;
+                 optional in each: driver_before, driver_after (the XRE driver the host ran
+                 before and after, when the plan read it; changed counts it too)
     steps        [{name, started, finished, result, message}]; result "ok", "failed",
                  "skipped" or "would-run"; started/finished ISO-8601 UTC or null
 
@@ -336,19 +338,25 @@ def prompt_rows(results):
 
 
 HOST_HEAD = ["host", "role", "stack before", "stack after", "changed", "note"]
+DRIVER_HEAD = ["XRE before", "XRE after"]
+
+
+def with_drivers(results):
+    """The hosts carry their XRE driver (a plan that read it)."""
+    return any("driver_before" in h for h in results["hosts"])
+
+
+def host_head(results):
+    return HOST_HEAD[:4] + (DRIVER_HEAD if with_drivers(results) else []) + HOST_HEAD[4:]
 
 
 def host_rows(results):
     roles = {results.get("canary"): "canary", results.get("baseline"): "baseline"}
+    drivers = with_drivers(results)
     return [
-        [
-            h["host"],
-            roles.get(h["host"], "-"),
-            _s(h["stack_before"]),
-            _s(h["stack_after"]),
-            "yes" if h["changed"] else "no",
-            _s(h["note"]),
-        ]
+        [h["host"], roles.get(h["host"], "-"), _s(h["stack_before"]), _s(h["stack_after"])]
+        + ([_s(h.get("driver_before")), _s(h.get("driver_after"))] if drivers else [])
+        + ["yes" if h["changed"] else "no", _s(h["note"])]
         for h in results["hosts"]
     ]
 
@@ -397,7 +405,7 @@ def render_md(results):
     lines = outputs_lines(results)
     if lines:
         out += ["", "## Golden outputs", ""] + ["- " + line for line in lines]
-    out += ["", "## Hosts", "", _md_table(HOST_HEAD, host_rows(results))]
+    out += ["", "## Hosts", "", _md_table(host_head(results), host_rows(results))]
     out += ["", "## Steps", "", _md_table(STEP_HEAD, step_rows(results))]
     if results.get("thresholds") is not None or gate:
         out += ["", "## Thresholds", "", _md_table(["threshold", "value"], threshold_rows(results))]
@@ -650,7 +658,7 @@ def render_html(results):
         rows = prompt_rows(results)
         if rows:
             parts.append(_html_table(PROMPT_HEAD, rows, "prompts"))
-    parts += ["<h2>Hosts</h2>", _html_table(HOST_HEAD, host_rows(results), "hosts")]
+    parts += ["<h2>Hosts</h2>", _html_table(host_head(results), host_rows(results), "hosts")]
     parts += ["<h2>Steps</h2>", _html_table(STEP_HEAD, step_rows(results), "steps")]
     if results.get("thresholds") is not None or gate:
         parts += ["<h2>Thresholds</h2>", _html_table(["threshold", "value"], threshold_rows(results))]

@@ -259,21 +259,39 @@ class Upgrade:
             self.step("restore-driver", DRIVER, {}, limit=canary)
 
     # ------------------------------------------------------------------ the report
-    def hosts_after(self):
-        """Each host's stack after the run (the plan step's reading), or None when unread."""
+    def read_after(self):
+        """The plan step's reading after the run ({hosts: {host: stack}, drivers: {host: XRE}}),
+        or None when unread."""
         if self.check or not self.plan:
             return None
         after_file = self.out_dir / "after.json"
         rc, _ = self.step("read-after", PLAN, {"upgrade_to": self.to, "upgrade_plan_file": str(after_file)})
         self.steps.pop()  # a reading for the report, not a step of the upgrade
         try:
-            return json.loads(after_file.read_text())["hosts"]
-        except (OSError, ValueError, KeyError):
+            after = json.loads(after_file.read_text())
+            return after if isinstance(after.get("hosts"), dict) else None
+        except (OSError, ValueError, AttributeError):
             return None
 
+    def host_entry(self, host, before, after):
+        """One host of the report: its stack, and its XRE driver when the plan read it."""
+        entry = {
+            "host": host,
+            "stack_before": before["hosts"].get(host, ""),
+            "stack_after": after["hosts"].get(host, ""),
+            "note": self._note(host),
+        }
+        changed = entry["stack_after"] != entry["stack_before"]
+        if host in (before.get("drivers") or {}):
+            entry["driver_before"] = before["drivers"][host]
+            entry["driver_after"] = (after.get("drivers") or before["drivers"]).get(host, "")
+            changed = changed or entry["driver_after"] != entry["driver_before"]
+        entry["changed"] = changed
+        return entry
+
     def finish(self, outcome, reason):
-        before = (self.plan or {}).get("hosts") or {}
-        after = self.hosts_after() or before
+        before = {"hosts": (self.plan or {}).get("hosts") or {}, "drivers": (self.plan or {}).get("drivers") or {}}
+        after = self.read_after() or before
         measure = self.measure or {}
         figures = measure.get("figures")
         results = {
@@ -294,16 +312,7 @@ class Upgrade:
             "figures": figures,
             "series": measure.get("series"),
             "outputs": measure.get("outputs"),
-            "hosts": [
-                {
-                    "host": host,
-                    "stack_before": before.get(host, ""),
-                    "stack_after": after.get(host, ""),
-                    "changed": after.get(host, "") != before.get(host, ""),
-                    "note": self._note(host),
-                }
-                for host in before
-            ],
+            "hosts": [self.host_entry(host, before, after) for host in before["hosts"]],
             "steps": self.steps,
         }
         self.results = results

@@ -132,6 +132,17 @@ def test_promoted():
     assert [len(a["points"].split()) for a in lines] == [30, 30]
 
 
+def test_a_stack_with_another_driver_shows_each_hosts_xre_before_and_after():
+    r = fixture("promoted")
+    assert "XRE before" not in report.render_md(r)  # a plan that read no driver: no columns
+    for h in r["hosts"]:
+        h.update(driver_before="5.0.21.26", driver_after="5.0.21.27")
+    md = report.render_md(r)
+    assert "| host | role | stack before | stack after | XRE before | XRE after | changed | note |" in md, md
+    assert "| kf-node-2 | canary | 0.15.1-4885de2 | 0.15.1-7d3e9b0 | 5.0.21.26 | 5.0.21.27 | yes |" in md, md
+    assert "<th>XRE before</th>" in report.render_html(r)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_every_outcome_renders_a_page_that_fetches_nothing(name):
     r = fixture(name)

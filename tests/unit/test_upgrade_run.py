@@ -170,10 +170,12 @@ def test_refused_and_unchanged_and_check(fake):
 
 
 def test_a_stack_with_another_driver_rolls_the_driver_canary_first_then_the_rest(fake):
+    after = dict(plan(driver_hosts=HOSTS), hosts={h: NEW for h in HOSTS}, drivers={h: "5.0.21.27" for h in HOSTS})
     fake["script"].update(
         {
             "upgrade-plan": (runner.OK, {"upgrade_plan_file": plan(driver_hosts=HOSTS)}),
             "upgrade-measure": (runner.OK, {"upgrade_measure_file": measure(True)}),
+            "upgrade-read-after": (runner.OK, {"upgrade_plan_file": after}),
         }
     )
     rc, results, labels = go(fake)
@@ -189,6 +191,10 @@ def test_a_stack_with_another_driver_rolls_the_driver_canary_first_then_the_rest
         "upgrade-promote",
         "upgrade-read-after",
     ]
+    # The report names each host's driver before and after (the after-reading's).
+    assert [(h["driver_before"], h["driver_after"], h["changed"]) for h in results["hosts"]] == [
+        ("5.0.21.26", "5.0.21.27", True)
+    ] * 3
     calls = {c[0]: c for c in fake["calls"]}
     # The canary's driver alone before it is switched and measured; the rest's after the PASS.
     assert calls["upgrade-canary-driver"][1:4] == ("playbooks/driver.yml", {"kunlun_stack_stack": NEW}, "kf-node-1")

@@ -10,8 +10,9 @@ capacity gate, through the endpoint under load.
 - the way back to the inventory's XRE 5.0.21.26 with a gate the first host cannot pass: it is
   held out of the gateway with the reason (`kunlun-fleet status` names it; the serve stage
   refuses it and points to the driver stage), the pass stops, the two others keep serving
-  untouched; the next run brings it back and finishes the pass;
-  a run after that changes nothing.
+  untouched; the next run brings it back and finishes the pass; a serving host with a reboot
+  pending that the policy does not allow is refused, not drained; a run after that changes
+  nothing.
 
 It runs last on the shared fleet's lane and leaves the fleet as it found it (every host on
 XRE 5.0.21.26, serving, in the gateway)."""
@@ -182,6 +183,15 @@ def test_a_host_that_fails_its_gate_is_held_out_and_the_rest_keep_serving(on_the
     assert [loaded_driver(i) for i in (1, 2, 3)] == [PIN] * 3
     assert ssh(1, "test -e /etc/kunlun-serve/held-out", check=False).returncode != 0
     assert all(listed(i, in_gateway()) for i in (1, 2, 3))
+    # A serving host with a reboot pending that the policy does not allow is refused as
+    # before, not drained (check mode: nothing would change anyway).
+    ssh(3, "touch /var/run/reboot-required")
+    try:
+        rc, out = driver_play("--limit", "kf-node-3", "--check")
+    finally:
+        ssh(3, "rm -f /var/run/reboot-required")
+    assert rc != 0 and "needs a reboot" in out and "It was not rebooted" in out, out[-3000:]
+    assert "would be drained" not in out, out[-3000:]
     # Idempotent: on the pin and serving, a run drains nothing and changes nothing.
     served = {i: started_at(i) for i in (1, 2, 3)}
     rc, out = driver_play()
