@@ -146,8 +146,9 @@ PHASES = [
         # A stack upgrade on the served fleet: a known-bad stack refused, the stack served
         # unchanged, the CPU-sampler candidate caught by the canary gate under load through
         # the endpoint and put back (docs/upgrades.md). Then the driver stage's rolling pass:
-        # XRE upgraded across the serving fleet under load, one host at a time, and back,
-        # with a host held out by its gate on the way (the fleet left on the pinned XRE).
+        # XRE upgraded across the serving fleet under load, one host at a time, a host held
+        # out by its gate and brought back. It leaves the fleet serving on the site stack's
+        # XRE 5.0.21.27 (no suite of phase 2 runs the driver stage).
         Suite(
             "upgrade-sim",
             "fleet",

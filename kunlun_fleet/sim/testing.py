@@ -141,6 +141,13 @@ def refuse_port(host_index, port, on, chain="INPUT", silent=False):
     engine.docker("exec", config.container_name(host_index), "iptables", "-I" if on else "-D", *rule, check=on)
 
 
+def loaded_driver(host_index):
+    """The XRE driver version xpu-smi prints on a sim host (the loaded module's)."""
+    out = ssh(host_index, "xpu-smi").stdout
+    found = re.search(r"Driver Version:\s*(\S+)", out)
+    return found.group(1) if found else None
+
+
 @pytest.fixture(scope="session")
 def sim_fleet():
     """The session's fleet: the shared 3-host fleet, or a scratch lane's one host (brought up

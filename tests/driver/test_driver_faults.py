@@ -390,6 +390,26 @@ def test_serving_host_with_pending_reboot_is_not_rebooted():
     assert on_host(PID1_START) == boot
 
 
+def test_kunlun_serve_with_a_pending_reboot_the_policy_forbids_is_refused_not_drained():
+    """kunlun-serve active (a stand-in unit holding /dev/xpu0) and a reboot pending without
+    driver_reboot_allowed: refused with nothing changed, not left to the rolling pass (which
+    would drain and stop serving for a reboot it may not make)."""
+    pinned_host()
+    on_host(
+        "touch /var/run/reboot-required; "
+        "systemd-run --unit kunlun-serve --property=Type=exec sh -c 'exec sleep 100000 3</dev/xpu0'"
+    )
+    try:
+        before = snapshot()
+        proc, recap = driver_play()
+        refused(proc, recap, "needs a reboot", "but is serving", "It was not rebooted", "driver_reboot_allowed: true")
+        assert "is upgraded in the rolling pass" not in proc.stdout, proc.stdout[-3000:]
+        assert snapshot() == before
+        assert on_host("systemctl is-active kunlun-serve.service") == "active"
+    finally:
+        on_host("systemctl stop kunlun-serve.service; rm -f /var/run/reboot-required", check=False)
+
+
 def test_pending_reboot_without_permission_stops_the_host():
     pinned_host()
     on_host("touch /var/run/reboot-required")

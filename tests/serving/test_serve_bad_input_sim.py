@@ -60,3 +60,21 @@ def test_no_api_key_in_the_vault(host):
     assert rc != 0
     assert "No API key for the fleet" in out and "kunlun-fleet api-key -i <inventory>" in out, out[-3000:]
     assert nothing_written(host)
+
+
+def test_a_host_held_out_by_the_driver_stage_is_left_to_it(host):
+    """The driver stage's rolling pass held this host out (its reason in
+    /etc/kunlun-serve/held-out): serve refuses it, naming the reason and the driver stage,
+    which checks the driver before it serves again (tests/upgrade/test_driver_rolling_sim.py)."""
+    reason = "2026-12-04T23:40:00Z driver rolling pass: xpu 3 ERR!"
+    ssh(host, "mkdir -p /etc/kunlun-serve && echo '%s' > /etc/kunlun-serve/held-out" % reason)
+    try:
+        rc, out = serve("--limit", HOST)
+        left = ssh(host, "ls -A /etc/kunlun-serve; ls /etc/systemd/system/kunlun-serve.service 2>&1 || true").stdout
+    finally:
+        ssh(host, "rm -rf /etc/kunlun-serve")
+    assert rc != 0, out[-3000:]
+    assert "%s is held out of service: %s" % (HOST, reason) in out, out[-3000:]
+    assert "run playbooks/driver.yml" in out
+    # Nothing written beside the reason: no unit, no configuration.
+    assert left.split("\n")[0] == "held-out" and "No such file or directory" in left, left

@@ -66,8 +66,8 @@ def endpoint():
 
 
 @pytest.fixture(scope="module")
-def served(sim_fleet):
-    """The fleet as phase 1 leaves it: every host on the validated stack."""
+def served(fleet_on_the_pinned_driver):
+    """The fleet as phase 1 leaves it: every host on the validated stack and its XRE."""
     rc, out, results, _ = upgrade("--to", VALIDATED)
     assert rc == 0 and results["outcome"] == "unchanged", out[-4000:]
     return fleet_state()
