@@ -27,8 +27,9 @@ Each step is a playbook run through the one runner (each leaves its run report),
            kunlun_stack_stack line set to the target.
   or on FAIL:
   restore  playbooks/serve.yml on the canary alone, on the inventory's stack (its current
-           image), and playbooks/driver.yml on it when its driver was changed: the canary
-           back; no other host ever changed.
+           image), then playbooks/driver.yml on it when its driver was changed (restore-driver;
+           alone when the canary's driver pass itself failed): the canary back; no other host
+           ever changed.
 
 --check: plan, then image and canary in check mode (what they would do), nothing measured.
 The report (results.json, report.md, report.html) goes to reports/upgrade-<timestamp>/.
@@ -191,7 +192,9 @@ class Upgrade:
             rc, message = self.step("canary-driver", DRIVER, stack, limit=canary, check=self.check)
             self.canary_driver = True
             if rc != runner.OK:
-                self.restore(canary)
+                # Its image never changed: only the driver goes back (a canary the pass held
+                # out is retried on the inventory's driver; the serve stage would refuse it).
+                self.step("restore-driver", DRIVER, {}, limit=canary)
                 to_driver = self.plan.get("to_driver")
                 return "rolled-back", "canary %s did not take XRE %s: %s" % (canary, to_driver, message)
         rc, message = self.step("canary", SERVE, dict(stack, serve_image_tag=self.to), limit=canary, check=self.check)
@@ -252,8 +255,10 @@ class Upgrade:
         return "promoted", self.measure.get("message", "PASS")
 
     def restore(self, canary):
-        """The canary back on the inventory's stack (its current image, and its driver when the
-        canary's was changed: the driver stage's rolling pass on it alone)."""
+        """The canary back on the inventory's stack: its current image, then its driver when the
+        canary's was changed (the driver stage's rolling pass on it alone). The image first: the
+        stack's image on the new driver is the state the canary step left, the old image on the
+        new driver the one the old stack's floor allows."""
         self.step("restore", SERVE, {}, limit=canary)
         if self.canary_driver:
             self.step("restore-driver", DRIVER, {}, limit=canary)
