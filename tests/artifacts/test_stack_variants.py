@@ -152,7 +152,11 @@ def measure(stack, work, commit, aggregate):
     srv = Server(serving_args(work["model"]), env, work["tmp"] / f"{commit}.log", python=stack["python"])
     try:
         srv.wait_ready(60)
-        got = {"log": None, "ids": greedy_ids(srv), "single": decode_rate(srv, 1, SINGLE_TOKENS)}
+        # The best of three single streams: the stand-in holds a pace, and the machine's load
+        # can only slow it (one stream of 4885de2 measured 31.9 tok/s beside the whole suite,
+        # ci-18; its pace is 35).
+        single = max(decode_rate(srv, 1, SINGLE_TOKENS) for _ in range(3))
+        got = {"log": None, "ids": greedy_ids(srv), "single": single}
         if aggregate:
             # Enough decode steps to measure: 3 at the CPU sampler's 1-2 s a step, 15 else.
             tokens = 4 if commit == "b3f9d41" else 16
