@@ -114,7 +114,7 @@ PHASES = [
         # users' files): check mode first (runs to the end, changes nothing, predicts the
         # real run stage by stage), then every stage for real, then the operator's checks;
         # it leaves the three hosts converged and serving, which the suites after it reuse.
-        Suite("e2e", "fleet", ["tests/e2e/test_site.py"], timeout=2700),
+        Suite("e2e", "fleet", ["tests/e2e"], timeout=2700),
         # The bench on the served fleet the e2e leaves: a short sweep through the gateway
         # and per host, the report files, client and server counts within 3%.
         # Then `kunlun-fleet status` on the same served fleet: all healthy and nothing changed;
@@ -143,21 +143,13 @@ PHASES = [
         # the builder's registry; then the registry's binding and client certificates, a
         # source and a host cut off mid-distribution and resumed, the stream option.
         Suite("molecule-image", "fleet", [scenario("image"), "tests/image/test_image_distribution_sim.py"]),
-        # The served fleet run again: site.yml in the execution environment (an AWX job)
-        # changes nothing, and check mode beside it announces nothing. Both are the
-        # controller's CPU: here, at the run's tail, the other lanes are done and leave it
-        # the cores (in the e2e the pair took 278 s beside them, ci-22; 160 s on an idle
-        # machine).
-        Suite("rerun-sim", "fleet", ["tests/e2e/test_rerun_sim.py"]),
         # Stack upgrades on the served fleet (docs/upgrades.md), one after another: the stack
         # served unchanged, a known-bad stack refused, the CPU-sampler candidate caught by the
-        # canary gate under load through the endpoint and put back, `--check`, a good
-        # candidate promoted under load, the rollback playbook on one host, the numerics
-        # candidate caught by the golden outputs, and `--to` the previous stack, the way
-        # back. Then the driver stage's rolling pass: XRE upgraded across the serving
-        # fleet under load, one host at a time, a host held out by its gate and brought back.
-        # It leaves the fleet serving on the site stack's XRE 5.0.21.27 (no suite of phase 2
-        # runs the driver stage).
+        # canary gate under load through the endpoint and put back, and the numerics
+        # candidate caught by the golden outputs. Then the driver stage's rolling pass: XRE
+        # upgraded across the serving fleet under load, one host at a time, a host held out
+        # by its gate and brought back. It leaves the fleet serving on the site stack's XRE
+        # 5.0.21.27 (no suite of phase 2 runs the driver stage).
         Suite(
             "upgrade-sim",
             "fleet",

@@ -4,6 +4,7 @@ import json
 import os
 import re
 import subprocess
+import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -11,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from kunlun_fleet import ee, vault
-from kunlun_fleet.sim.config import host_address
+from kunlun_fleet.sim.config import SIM_HOME, host_address
 from kunlun_fleet.sim.testing import recap, sim, ssh
 
 ROOT = Path(__file__).resolve().parents[2]
 HOSTS = ["kf-node-1", "kf-node-2", "kf-node-3"]
+RESTART_TASK = "TASK [serve : Restart | (Re)start kunlun-serve]"
 pytestmark = pytest.mark.sim
 
 
@@ -90,8 +92,7 @@ def changed_by_stage(out):
 def ee_build():
     """The execution environment's build (make ee), started first: it runs beside the
     check from bare hosts and the first run, which need the controller far less than the
-    hosts. The second run in it is tests/e2e/test_rerun_sim.py (suite rerun-sim), where
-    the build is then a cache hit."""
+    hosts; the second run below waits for it."""
     proc = subprocess.Popen(
         [str(ROOT / ".venv/bin/python"), "-m", "kunlun_fleet.ee", "build"],
         cwd=ROOT,
@@ -103,6 +104,13 @@ def ee_build():
     if proc.poll() is None:
         proc.kill()
         proc.wait()
+
+
+@pytest.fixture(scope="module")
+def ee_image(ee_build):
+    out, err = ee_build.communicate(timeout=1800)
+    assert ee_build.returncode == 0, err[-4000:]
+    return out.strip()
 
 
 @pytest.fixture(scope="module")
@@ -230,20 +238,108 @@ def test_image_built_once_and_pulled_by_the_two_others(first_run):
     assert "changed:" not in stream, stream
 
 
-def test_the_execution_environment_is_built(first_run, ee_build):
-    """The image an AWX job runs site.yml in (execution-environment.yml), built beside the
-    first run; the job itself runs in tests/e2e/test_rerun_sim.py."""
-    out, err = ee_build.communicate(timeout=1800)
-    assert ee_build.returncode == 0, err[-4000:]
-    ref = out.strip()
-    assert re.fullmatch(r"kunlun-fleet/ee:[0-9a-f]{16}", ref), ref
-    assert subprocess.run(["docker", "image", "inspect", ref], env=ee.docker_env(), capture_output=True).returncode == 0
+@pytest.fixture(scope="module")
+def converged_runs(first_run, ee_image, tmp_path_factory):
+    """The second run and check mode on the converged fleet, side by side: both find a fleet
+    that needs nothing (the second run must change nothing, asserted below), so they run at
+    once instead of one after the other (each is mostly the controller's CPU; on this 2-core
+    machine the pair takes about a minute less). Check mode keeps its own fact cache: the
+    two never write the same files.
+
+    The second run is the one an AWX job makes: site.yml through ansible-navigator in the
+    execution environment (execution-environment.yml), which must find the fleet the
+    runner delivered (`kunlun-fleet demo` above) as converged as the runner left it."""
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_FORCE_COLOR="0",
+        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+    )
+    cmd = [str(ROOT / ".venv/bin/ansible-playbook"), "-i", "inventories/sim", "site.yml"]
+    check_env = dict(env, ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path_factory.mktemp("check-facts")))
+    # The sim inventory names files outside the project: the SSH key and the bundle (under
+    # the sim's home) and this machine's CA certificates (group_vars/all/machine.yml). The
+    # EE reaches the sim hosts as the controller does (the host's network).
+    ee_cmd = ee.navigator_command(
+        ee_image,
+        "site.yml",
+        "inventories/sim",
+        mounts=[SIM_HOME, "/usr/local/share/ca-certificates"],
+        container_options=["--network=host"],
+        pass_env=["ANSIBLE_VAULT_PASSWORD_FILE", "ANSIBLE_FORCE_COLOR", "ANSIBLE_CALLBACK_RESULT_FORMAT"],
+    )
+    # The builder's clock before both runs: its registry's log since then (read below).
+    stamp = ssh(1, "date '+%Y-%m-%d %H:%M:%S'").stdout.strip()
+    time.sleep(1)
+    # The engine's events, followed live from before the run (its history is a short ring
+    # buffer that the other lanes' containers overwrite within minutes).
+    events = subprocess.Popen(
+        ["docker", "events", "--filter", "type=container", "--filter", "event=start", "--filter", "image=" + ee_image]
+        + ["--format", "{{.Actor.Attributes.name}}"],
+        env=ee.docker_env(),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    procs = {
+        "second": subprocess.Popen(
+            ee_cmd, cwd=ROOT, env=ee.docker_env() | env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        ),
+        "check": subprocess.Popen(
+            cmd + ["--check", "--diff"],
+            cwd=ROOT,
+            env=check_env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        ),
+    }
+    outs = {name: proc.communicate(timeout=3600)[0] for name, proc in procs.items()}
+    # ansible-runner marks each event in a container's output with an erased escape
+    # sequence (invisible on a terminal): gone, the text is ansible-playbook's.
+    outs["second"] = ee.plain_output(outs["second"])
+    events.terminate()
+    started_containers = events.communicate(timeout=60)[0].split()
+    keep("e2e-second-run.log", outs["second"])
+    keep("e2e-check-converged.log", outs["check"])
+    found = {name: (procs[name].returncode, outs[name]) for name in procs}
+    found["ee_image"], found["ee_containers"] = ee_image, started_containers
+    found["registry_log"] = ssh(1, "journalctl -u kunlun-registry --since '%s' --no-pager -o cat" % stamp).stdout
+    return found
+
+
+def test_second_run_in_the_execution_environment_changes_nothing(converged_runs):
+    rc, out = converged_runs["second"]
+    assert rc == 0, out[-6000:]
+    # It ran in the EE: the engine started a container of that image during the run.
+    assert converged_runs["ee_containers"], "no container of %s started during the run" % converged_runs["ee_image"]
+    changed = {h: r["changed"] for h, r in recap(out).items() if r["changed"]}
+    assert changed == {}, "second run changed: %s\n%s" % (changed, out[-4000:])
+    # The serve stage checked every host for real (a completion each) and rolled nothing:
+    # no batch, no drain, no restart.
+    assert "rollout: no host needs a restart; every host was checked" in out, out[-3000:]
+    assert RESTART_TASK not in out and "Take the host out" not in out
+    ready = out.split("TASK [serve : Ready | /v1/models lists the model and a completion returns text]")[1]
+    assert sorted(re.findall(r"^ok: \[(kf-node-\d)\]", ready.split("\nTASK [")[0], re.M)) == HOSTS, ready[:2000]
+    # The image stage moved nothing either: the builder's registry logged no push and no
+    # blob or manifest fetch during the re-run (nor during the check run beside it).
+    log = converged_runs["registry_log"]
+    assert not re.search(r'"(PUT|POST|PATCH) /v2/', log), log[-3000:]
+    assert not re.search(r'"GET /v2/[^"]*/blobs/', log), log[-3000:]
+    assert not re.search(r'"(GET|HEAD) /v2/[^"]*" .*"docker/', log), log[-3000:]
+
+
+def test_check_diff_changes_nothing(converged_runs):
+    rc, out = converged_runs["check"]
+    assert rc == 0, out[-6000:]
+    changed = {h: r["changed"] for h, r in recap(out).items() if r["changed"]}
+    assert changed == {}, "check mode reports changes on a converged fleet: %s\n%s" % (changed, out[-4000:])
+    assert "would be (re)started" not in out
 
 
 # ------------------------------------------------------------------ the fleet endpoint
-# The tests below run in file order on the converged fleet; each leaves every host serving
-# the current image again. The rollback playbook on one host: tests/upgrade/test_upgrade_sim.py
-# (the previous stack after a promotion).
+# The tests below run after the two above, in file order, on the converged fleet; each
+# leaves every host serving the current image again.
 
 
 def ansible_playbook(playbook, *extra):
@@ -272,6 +368,10 @@ def endpoint():
 
 def unit_image(index):
     return ssh(index, "cat /etc/kunlun-serve/image").stdout.strip()
+
+
+def image_id(index, ref):
+    return ssh(index, "docker image inspect --format '{{.Id}}' %s" % ref).stdout.strip()
 
 
 def test_acceptance_lines(first_run):
@@ -341,6 +441,30 @@ def running_requests():
 
 def started_at(index):
     return ssh(index, "systemctl show -P ActiveEnterTimestampMonotonic kunlun-serve.service").stdout.strip()
+
+
+def test_rollback_playbook_serves_previous_then_current_again(first_run):
+    """On one host (`--limit`, the operator's batch): the same playbook and role run on
+    every host of a batch. Hosts one after another under load, each behind the capacity
+    gate and drained: the driver stage's rolling pass (tests/upgrade/test_driver_rolling_sim.py);
+    the serve rollout's batches from its plan: tests/unit/test_rollout_capacity.py."""
+    # A "previous" image: the current one with another label (another image ID).
+    ssh(
+        2,
+        "printf 'FROM kunlun-serving:current\\nLABEL kf.e2e=previous\\n' "
+        "| docker build -q -t kunlun-serving:previous -",
+    )
+    previous, current = image_id(2, "kunlun-serving:previous"), image_id(2, "kunlun-serving:current")
+    others = {i: unit_image(i) for i in (1, 3)}
+    rc, out = ansible_playbook("playbooks/rollback.yml", "--limit", "kf-node-2")
+    assert rc == 0, out[-6000:]
+    assert unit_image(2) == previous
+    assert {i: unit_image(i) for i in (1, 3)} == others
+    url, model, key = endpoint()
+    assert ask(url, model, key)
+    rc, out = ansible_playbook("playbooks/serve.yml", "--limit", "kf-node-2")
+    assert rc == 0, out[-6000:]
+    assert unit_image(2) == current
 
 
 def ask(url, model, key):

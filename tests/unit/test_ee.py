@@ -1,8 +1,7 @@
 """The execution environment's definition and its helpers (kunlun_fleet/ee.py).
 
-The build is tested end to end in tests/e2e/test_site.py, a run of site.yml in it in
-tests/e2e/test_rerun_sim.py (the second run of the converged fleet goes through
-ansible-navigator in the EE)."""
+The build and a run of site.yml in it are tested end to end in tests/e2e/test_site.py
+(the second run of the converged fleet goes through ansible-navigator in the EE)."""
 
 import yaml
 

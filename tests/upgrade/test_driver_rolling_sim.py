@@ -2,6 +2,7 @@
 docs/upgrades.md): a driver upgrade across a serving fleet, one host at a time behind the
 capacity gate, through the endpoint under load, with a host that fails held out.
 
+- check mode names every host it would drain and changes nothing;
 - XRE 5.0.21.26 -> 5.0.21.27 (the sim inventory's site stack 0.15.1-4885de2-xre27: the
   validated combination on another XRE) under load through the endpoint, first with a bar
   no stand-in reaches: kf-node-1 is drained, gets the new driver, fails the bar and is held
@@ -11,10 +12,8 @@ capacity gate, through the endpoint under load, with a host that fails held out.
   every card verified, restarted, gated and back, each behind the capacity gate; no request
   lost through either run.
 
-Check mode (the pass names the host it would drain and stops there) runs in
-test_upgrade_sim.py, as the canary's driver step of `kunlun-fleet upgrade --check`; a run
-that finds every host on its pin changes nothing: the re-run of site.yml in
-tests/e2e/test_rerun_sim.py (the driver stage's plays with every host serving).
+A run that finds every host on its pin changes nothing: the e2e's second run of site.yml
+(tests/e2e/test_site.py: the driver stage's plays with every host serving).
 
 The serve stage's refusal of a held-out host: tests/serving/test_serve_bad_input_sim.py; a
 serving host with a reboot the policy forbids, refused and not drained:
@@ -111,6 +110,17 @@ def status_reasons():
 
 def test_a_driver_upgrade_rolls_through_the_serving_fleet_under_load_holding_out_a_host_that_fails(on_the_pin):
     new_stack = ("-e", "kunlun_stack_stack=" + XRE27_STACK)
+    # Check mode: every host named for the pass, nothing drained, stopped or installed.
+    rc, out = driver_play(*new_stack, "--check", "--diff")
+    assert rc == 0, out[-6000:]
+    assert out.count("is upgraded in the rolling pass, one host at a time") == 3, out[-4000:]
+    for host in HOSTS:
+        assert re.search(r"%s \(serving on XRE %s, the pin is %s\) would be drained" % (host, PIN, NEXT), out), out[
+            -4000:
+        ]
+    assert {i: started_at(i) for i in (1, 2, 3)} == on_the_pin
+    assert [loaded_driver(i) for i in (1, 2, 3)] == [PIN] * 3
+
     with Load(*endpoint(), clients=4, max_tokens=24) as load:
         # A bar no stand-in reaches: kf-node-1 gets the driver, fails the bar, is held out.
         rc_held, out_held = driver_play(*new_stack, "-e", "driver_upgrade_min_tokens_per_s=100000")

@@ -3,21 +3,17 @@ in file order, each test starting from where the one before left the fleet:
 
 - an upgrade to the stack already served: unchanged, nothing restarted;
 - a known-bad stack (0.25.1-2fda97b) refused by name, its reason shown, nothing changed;
+- the numerics candidate (0.15.1-e5a7c83: as fast, its greedy outputs differ from the 6th
+  token) caught by the golden-output check alone and put back, the others untouched;
 - the CPU-sampler candidate (0.15.1-b3f9d41: ready, 32 tok/s single stream, above the 30 tok/s
   line) under load through the endpoint: its image distributed ahead to every host, the
   canary switched and measured against the baseline, caught by the throughput gate, put back
   on its image; no other host ever changed, no request lost, the inventory untouched, the
-  report naming the gate with both figures;
-- `--check` to the stack on another XRE (0.15.1-4885de2-xre27): what would happen, the canary's
-  driver pass named, nothing built, drained, installed or restarted;
-- a good candidate (0.15.1-7c1e0a2) promoted under load through the endpoint: the canary
-  measured and passed, the rest promoted, every host serving it with the validated stack's
-  image kept as `previous`, the inventory's stack line set, no request lost;
-- the rollback playbook on one host: it serves the previous stack's image again;
-- the numerics candidate (0.15.1-e5a7c83: as fast, its greedy outputs differ from the 6th
-  token) caught by the golden-output check alone and put back, the others untouched;
-- `--to` the previous stack: the way back, promoted the same way, every host on the very image
-  it served before, the inventory byte for byte as it was.
+  report naming the gate with both figures.
+
+The promotion of a good candidate (0.15.1-7c1e0a2), `--to` the previous stack back and
+`--check` run the same steps and are left out for the suite's time (by hand on the demo fleet
+and measured: docs/upgrades.md).
 
 The driver's own rolling pass (a host held out and brought back): test_driver_rolling_sim.py,
 after this file. The orchestration's branches: tests/unit/test_upgrade_run.py; the stand-in
@@ -32,11 +28,11 @@ import pytest
 
 from kunlun_fleet import vault
 from kunlun_fleet.loadgen import Load
-from kunlun_fleet.sim.testing import INVENTORY, loaded_driver, ssh
+from kunlun_fleet.sim.testing import INVENTORY, ssh
 
 ROOT = Path(__file__).resolve().parents[2]
 VALIDATED, KNOWN_BAD, CPU_SAMPLER = "0.15.1-4885de2", "0.25.1-2fda97b", "0.15.1-b3f9d41"
-GOOD, NUMERICS, OTHER_XRE = "0.15.1-7c1e0a2", "0.15.1-e5a7c83", "0.15.1-4885de2-xre27"
+NUMERICS = "0.15.1-e5a7c83"
 HOSTS = ["kf-node-1", "kf-node-2", "kf-node-3"]
 STACK_FILE = Path(INVENTORY) / "group_vars" / "all" / "sim.yml"
 
@@ -72,49 +68,6 @@ def fleet_state():
     return state
 
 
-def playbook(name, *extra):
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
-    )
-    proc = subprocess.run(
-        [str(ROOT / ".venv/bin/ansible-playbook"), "-i", INVENTORY, name, *extra],
-        cwd=ROOT,
-        env=env,
-        text=True,
-        capture_output=True,
-        timeout=1800,
-    )
-    return proc.returncode, proc.stdout + proc.stderr
-
-
-def ask(url, model, key):
-    import openai
-
-    client = openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=2, timeout=120)
-    return client.completions.create(model=model, prompt="Hi", max_tokens=8).choices[0].text
-
-
-def stack_of(index, ref):
-    """The stack label of an image on a host (the image role writes it at build)."""
-    return ssh(
-        index, "docker image inspect --format '{{ index .Config.Labels \"org.kunlun-fleet.stack\" }}' %s" % ref
-    ).stdout.strip()
-
-
-def image_id(index, ref):
-    return ssh(index, "docker image inspect --format '{{.Id}}' %s" % ref, check=False).stdout.strip()
-
-
-def step_output(results, name):
-    """The playbook output of one step of an upgrade (its runner directory under reports/runs)."""
-    step = next(s for s in results["steps"] if s["name"] == name)
-    run = step["message"].rsplit("run ", 1)[1]
-    return (ROOT / "reports" / "runs" / run / "artifacts" / "stdout").read_text()
-
-
 def endpoint():
     data = json.loads((ROOT / "reports" / "acceptance.json").read_text())
     return data["fleet_url"], data["model"], vault.read_api_key(INVENTORY)
@@ -145,6 +98,33 @@ def test_a_known_bad_stack_is_refused_by_name_and_nothing_changes(served):
     assert fleet_state() == served[0]
     tags = ssh(1, "docker images --format '{{.Tag}}' kunlun-serving").stdout.split()
     assert KNOWN_BAD not in tags, tags
+
+
+def test_the_numerics_candidate_is_caught_by_the_golden_check(served):
+    """As fast as the stack it replaces, its greedy outputs diverge at the 6th token: the
+    outputs gate alone fails it, and the canary goes back to the fleet's stack."""
+    before, inventory_before = fleet_state(), STACK_FILE.read_text()
+    rc, out, results, report = upgrade("--to", NUMERICS)
+    assert rc == 2 and results["outcome"] == "rolled-back", out[-6000:]
+    assert [(s["name"], s["result"]) for s in results["steps"]] == [
+        ("plan", "ok"),
+        ("image", "ok"),
+        ("canary", "ok"),
+        ("measure", "failed"),
+        ("restore", "ok"),
+    ]
+    assert (results["canary"], results["baseline"]) == ("kf-node-1", "kf-node-2")
+    assert "outputs" in results["gate"]["failed"], results["gate"]
+    outputs = results["outputs"]
+    assert outputs["passed"] is False and outputs["tolerance"] == {"min_agreeing_tokens": 0}, outputs["tolerance"]
+    assert {d["diverges_at"] for d in outputs["divergences"]} == {6}, outputs["divergences"]
+    assert "diverges at token 6" in results["reason"], results["reason"]
+    # The canary serves the fleet's stack again; the others never changed; the inventory neither.
+    after = fleet_state()
+    assert after["kf-node-1"][0] == before["kf-node-1"][0] and after["kf-node-1"][1] != before["kf-node-1"][1]
+    assert {h: after[h] for h in HOSTS[1:]} == {h: before[h] for h in HOSTS[1:]}
+    assert STACK_FILE.read_text() == inventory_before
+    assert "outputs" in (report / "report.md").read_text()
 
 
 def test_the_cpu_sampler_candidate_is_caught_by_the_canary_and_rolled_back_under_load(served):
@@ -196,151 +176,3 @@ def test_the_cpu_sampler_candidate_is_caught_by_the_canary_and_rolled_back_under
     # The report: the page, the operator's summary naming the failed gate.
     assert (report / "report.html").is_file()
     assert "FAIL" in (report / "report.md").read_text() and "throughput" in (report / "report.md").read_text()
-
-
-def test_check_mode_says_what_would_happen_and_changes_nothing(served):
-    """To the stack on another XRE: the plan, the image and the canary's driver pass and switch
-    in check mode; nothing measured, nothing changed."""
-    before, inventory_before = fleet_state(), STACK_FILE.read_text()
-    rc, out, results, report = upgrade("--to", OTHER_XRE, "--check")
-    assert rc == 0 and results["outcome"] == "would-upgrade" and results["check"], out[-4000:]
-    assert [(s["name"], s["result"]) for s in results["steps"]] == [
-        ("plan", "ok"),
-        ("image", "ok"),
-        ("canary-driver", "ok"),
-        ("canary", "ok"),
-        ("measure", "would-run"),
-        ("promote", "would-run"),
-    ]
-    assert results["reason"] == (
-        "would build %s, switch canary kf-node-1, measure it against kf-node-2, then promote to kf-node-2, "
-        "kf-node-3 (XRE 5.0.21.27 on kf-node-1, kf-node-2, kf-node-3 first, one host at a time)" % OTHER_XRE
-    ), results["reason"]
-    # The canary's driver pass, in check mode, names the host it would drain and stops there.
-    driver = " ".join(step_output(results, "canary-driver").split())
-    assert "kf-node-1 (serving on XRE 5.0.21.26, the pin is 5.0.21.27) would be drained" in driver, driver[-3000:]
-    # Nothing changed: serving, drivers, the inventory; no image of the target stack anywhere.
-    assert fleet_state() == before
-    assert [loaded_driver(i) for i in (1, 2, 3)] == ["5.0.21.26"] * 3
-    assert STACK_FILE.read_text() == inventory_before
-    assert all(image_id(i, "kunlun-serving:" + OTHER_XRE) == "" for i in (1, 2, 3))
-    assert "would-upgrade" in (report / "report.md").read_text()
-
-
-@pytest.fixture(scope="module")
-def promoted(served):
-    """A good candidate promoted under load through the endpoint."""
-    before, inventory_before = fleet_state(), STACK_FILE.read_text()
-    with Load(*endpoint(), clients=4, max_tokens=24) as load:
-        rc, out, results, report = upgrade("--to", GOOD)
-    print("promotion under load: %s" % load.summary())
-    return {
-        "rc": rc,
-        "out": out,
-        "results": results,
-        "report": report,
-        "load": load,
-        "before": before,
-        "inventory_before": inventory_before,
-        "after": fleet_state(),
-    }
-
-
-def test_a_good_candidate_is_promoted_to_every_host_under_load(promoted):
-    rc, out, results = promoted["rc"], promoted["out"], promoted["results"]
-    assert rc == 0 and results["outcome"] == "promoted", out[-6000:]
-    # The canary passed every gate; then the rest, then the inventory's line. Same XRE: no driver step.
-    assert [(s["name"], s["result"]) for s in results["steps"]] == [
-        ("plan", "ok"),
-        ("image", "ok"),
-        ("canary", "ok"),
-        ("measure", "ok"),
-        ("promote-image", "ok"),
-        ("promote", "ok"),
-        ("inventory", "ok"),
-    ]
-    assert results["gate"]["passed"] and results["outputs"]["passed"], results["gate"]
-    assert all(h["stack_before"] == VALIDATED and h["stack_after"] == GOOD and h["changed"] for h in results["hosts"])
-    # No request lost through the endpoint while each host was drained and switched.
-    load = promoted["load"]
-    assert load.failed == [], load.failed[:5]
-    assert load.ok > 0
-    before, after = promoted["before"], promoted["after"]
-    for i, host in enumerate(HOSTS, 1):
-        # Each host serves the candidate's image (a new start), tagged current; the image it
-        # served before is kept as previous, for the way back.
-        assert after[host][1] != before[host][1], host
-        assert after[host][0] == after[host][2] == image_id(i, "kunlun-serving:" + GOOD), host
-        assert stack_of(i, after[host][0]) == GOOD
-        assert image_id(i, "kunlun-serving:previous") == before[host][0], host
-    # The inventory names the new stack, and only that line changed.
-    lines = STACK_FILE.read_text().splitlines()
-    old = promoted["inventory_before"].splitlines()
-    assert [(a, b) for a, b in zip(old, lines, strict=True) if a != b] == [
-        ('kunlun_stack_stack: "%s"' % VALIDATED, 'kunlun_stack_stack: "%s"' % GOOD)
-    ]
-    report = (promoted["report"] / "report.md").read_text()
-    assert "PASS" in report and GOOD in report
-
-
-def test_the_rollback_playbook_serves_the_previous_stack_on_a_host(promoted):
-    """playbooks/rollback.yml on one host (`--limit`, an operator's batch): it serves the image
-    tagged previous, the validated stack's, through the same drain and gates; the others stay."""
-    others = {h: promoted["after"][h] for h in HOSTS[:2]}
-    rc, out = playbook("playbooks/rollback.yml", "--limit", "kf-node-3")
-    assert rc == 0, out[-6000:]
-    state = fleet_state()
-    assert state["kf-node-3"][0] == promoted["before"]["kf-node-3"][0]
-    assert stack_of(3, state["kf-node-3"][0]) == VALIDATED
-    assert {h: state[h] for h in HOSTS[:2]} == others
-    url, model, key = endpoint()
-    assert ask(url, model, key)
-
-
-def test_the_numerics_candidate_is_caught_by_the_golden_check(promoted):
-    """As fast as the stack it replaces, its greedy outputs diverge at the 6th token: the
-    outputs gate alone fails it, and the canary goes back to the fleet's stack."""
-    before, inventory_before = fleet_state(), STACK_FILE.read_text()
-    rc, out, results, report = upgrade("--to", NUMERICS)
-    assert rc == 2 and results["outcome"] == "rolled-back", out[-6000:]
-    assert [(s["name"], s["result"]) for s in results["steps"]] == [
-        ("plan", "ok"),
-        ("image", "ok"),
-        ("canary", "ok"),
-        ("measure", "failed"),
-        ("restore", "ok"),
-    ]
-    assert (results["canary"], results["baseline"]) == ("kf-node-1", "kf-node-2")
-    assert "outputs" in results["gate"]["failed"], results["gate"]
-    outputs = results["outputs"]
-    assert outputs["passed"] is False and outputs["tolerance"] == {"min_agreeing_tokens": 0}, outputs["tolerance"]
-    assert {d["diverges_at"] for d in outputs["divergences"]} == {6}, outputs["divergences"]
-    assert "diverges at token 6" in results["reason"], results["reason"]
-    # The canary serves the fleet's stack again; the others never changed; the inventory neither.
-    after = fleet_state()
-    assert after["kf-node-1"][0] == before["kf-node-1"][0] and after["kf-node-1"][1] != before["kf-node-1"][1]
-    assert {h: after[h] for h in HOSTS[1:]} == {h: before[h] for h in HOSTS[1:]}
-    assert STACK_FILE.read_text() == inventory_before
-    assert "outputs" in (report / "report.md").read_text()
-
-
-def test_to_the_previous_stack_is_the_way_back(promoted):
-    """`--to` the stack served before the promotion: the same canary, gate and promotion, onto
-    the images every host kept; the inventory as it was, byte for byte."""
-    rc, out, results, _ = upgrade("--to", VALIDATED)
-    assert rc == 0 and results["outcome"] == "promoted", out[-6000:]
-    assert [s["name"] for s in results["steps"]] == [
-        "plan",
-        "image",
-        "canary",
-        "measure",
-        "promote-image",
-        "promote",
-        "inventory",
-    ]
-    assert all(h["stack_after"] == VALIDATED for h in results["hosts"]), results["hosts"]
-    after = fleet_state()
-    for host in HOSTS:
-        # The very image each host served before the round trip, now current again.
-        assert after[host][0] == after[host][2] == promoted["before"][host][0], host
-    assert STACK_FILE.read_text() == promoted["inventory_before"]
