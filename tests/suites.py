@@ -145,11 +145,10 @@ PHASES = [
         Suite("molecule-image", "fleet", [scenario("image"), "tests/image/test_image_distribution_sim.py"]),
         # Stack upgrades on the served fleet (docs/upgrades.md), one after another: the stack
         # served unchanged, a known-bad stack refused, the CPU-sampler candidate caught by the
-        # canary gate under load through the endpoint and put back, and the numerics
-        # candidate caught by the golden outputs. Then the driver stage's rolling pass: XRE
-        # upgraded across the serving fleet under load, one host at a time, a host held out
-        # by its gate and brought back. It leaves the fleet serving on the site stack's XRE
-        # 5.0.21.27 (no suite of phase 2 runs the driver stage).
+        # canary gate under load through the endpoint and put back. Then the driver stage's
+        # rolling pass: XRE upgraded across the serving fleet under load, one host at a time,
+        # a host held out by its gate and brought back. It leaves the fleet serving on the
+        # site stack's XRE 5.0.21.27 (no suite of phase 2 runs the driver stage).
         Suite(
             "upgrade-sim",
             "fleet",
