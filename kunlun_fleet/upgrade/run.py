@@ -21,10 +21,10 @@ Each step is a playbook run through the one runner (each leaves its run report),
   then, on PASS:
   promote-driver  when other hosts need the target's driver: playbooks/driver.yml for the
            target stack, its rolling pass one host at a time behind the capacity gate.
-  promote  playbooks/image.yml for the target stack (its image tagged current on every host,
-           the one before previous), then playbooks/serve.yml for the target stack: the rest
-           rolled out by the rollout's batches behind its capacity gate; the inventory's
-           kunlun_stack_stack line set to the target.
+  promote  playbooks/promote.yml for the target stack, one run: its image (distributed by the
+           image step) tagged current on every host, the one before previous, then the serve
+           stage's rollout: the rest rolled out by the rollout's batches behind its capacity
+           gate; the inventory's kunlun_stack_stack line set to the target.
   or on FAIL:
   restore  playbooks/serve.yml on the canary alone, on the inventory's stack (its current
            image), then playbooks/driver.yml on it when its driver was changed (restore-driver;
@@ -44,12 +44,13 @@ from kunlun_fleet import runner
 from kunlun_fleet.upgrade import report
 
 # The steps' playbooks, relative to the checkout.
-PLAN, IMAGE, SERVE, CANARY, DRIVER = (
+PLAN, IMAGE, SERVE, CANARY, DRIVER, PROMOTE = (
     "playbooks/upgrade_plan.yml",
     "playbooks/image.yml",
     "playbooks/serve.yml",
     "playbooks/canary.yml",
     "playbooks/driver.yml",
+    "playbooks/promote.yml",
 )
 
 
@@ -238,9 +239,7 @@ class Upgrade:
         if [h for h in driver_hosts if h != canary]:
             rc, message = self.step("promote-driver", DRIVER, stack)
         if rc == runner.OK:
-            rc, message = self.step("promote-image", IMAGE, stack)
-        if rc == runner.OK:
-            rc, message = self.step("promote", SERVE, stack)
+            rc, message = self.step("promote", PROMOTE, stack)
         if rc != runner.OK:
             why = "the canary passed, the promotion stopped: %s (--to %s again resumes it)" % (message, self.to)
             return "failed", why
@@ -267,7 +266,8 @@ class Upgrade:
     def read_after(self):
         """The plan step's reading after the run ({hosts: {host: stack}, drivers: {host: XRE}}),
         or None when unread."""
-        if self.check or not self.plan:
+        if self.check or not self.plan or self.plan.get("unchanged"):
+            # Nothing ran after the plan's reading: it is the state after too.
             return None
         after_file = self.out_dir / "after.json"
         rc, _ = self.step("read-after", PLAN, {"upgrade_to": self.to, "upgrade_plan_file": str(after_file)})

@@ -100,7 +100,6 @@ def test_pass_promotes_the_rest_and_names_the_stack_in_the_inventory(fake):
         "upgrade-image",
         "upgrade-canary",
         "upgrade-measure",
-        "upgrade-promote-image",
         "upgrade-promote",
         "upgrade-read-after",
     ]
@@ -109,7 +108,8 @@ def test_pass_promotes_the_rest_and_names_the_stack_in_the_inventory(fake):
     assert calls["upgrade-image"][2] == {"kunlun_stack_stack": NEW, "image_promote": False}
     assert calls["upgrade-canary"][2:4] == ({"kunlun_stack_stack": NEW, "serve_image_tag": NEW}, "kf-node-1")
     assert calls["upgrade-measure"][2]["upgrade_baseline"] == "kf-node-2"
-    assert calls["upgrade-promote"][2:4] == ({"kunlun_stack_stack": NEW}, None)
+    # One run tags the target's image current on every host and rolls it out.
+    assert calls["upgrade-promote"][1:4] == ("playbooks/promote.yml", {"kunlun_stack_stack": NEW}, None)
     text = (fake["inventory"] / "group_vars/all/sim.yml").read_text()
     assert text == 'a: 1\nkunlun_stack_stack: "%s"\nb: 2\n' % NEW
     assert results["steps"][-1]["name"] == "inventory" and results["steps"][-1]["result"] == "ok"
@@ -159,7 +159,8 @@ def test_refused_and_unchanged_and_check(fake):
     fake["script"]["upgrade-plan"] = (runner.OK, {"upgrade_plan_file": plan(unchanged=True)})
     rc, results, labels = go(fake)
     assert rc == runner.OK and results["outcome"] == "unchanged"
-    assert labels == ["upgrade-plan", "upgrade-read-after"]
+    # Nothing ran after the plan: its reading is the state after, read once.
+    assert labels == ["upgrade-plan"]
     fake["calls"].clear()
     fake["script"]["upgrade-plan"] = (runner.OK, {"upgrade_plan_file": plan()})
     rc, results, labels = go(fake, check=True)
@@ -187,7 +188,6 @@ def test_a_stack_with_another_driver_rolls_the_driver_canary_first_then_the_rest
         "upgrade-canary",
         "upgrade-measure",
         "upgrade-promote-driver",
-        "upgrade-promote-image",
         "upgrade-promote",
         "upgrade-read-after",
     ]
