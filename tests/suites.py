@@ -138,12 +138,15 @@ PHASES = [
         # its alert once its (sim-shortened) `for:` window passed, and named in `kunlun-fleet
         # status`; the fleet put back served.
         Suite("monitoring-sim", "fleet", ["tests/monitoring"], timeout=900),
+        # The image role on three hosts: prepare untags the serving image, so converge
+        # builds once (from the builder's layer cache) and the two others pull it from
+        # the builder's registry; then the registry's binding and client certificates, a
+        # source and a host cut off mid-distribution and resumed, the stream option.
+        Suite("molecule-image", "fleet", [scenario("image"), "tests/image/test_image_distribution_sim.py"]),
         # Stack upgrades on the served fleet (docs/upgrades.md), one after another: the stack
         # served unchanged, a known-bad stack refused, the CPU-sampler candidate caught by the
-        # canary gate under load through the endpoint and put back, a good candidate promoted
-        # under load, the rollback playbook on one host after it, and `--to` the previous
-        # stack back (the image scenario, which ran here before, runs on hosts of its own
-        # beside the phases, lane "image", which pays for these). Then the driver stage's
+        # canary gate under load through the endpoint and put back, `--check` to a stack on
+        # another XRE (what would happen, nothing changed). Then the driver stage's
         # rolling pass: XRE upgraded across the serving fleet under load, one host at a time,
         # a host held out by its gate and brought back. It leaves the fleet serving on the
         # site stack's XRE 5.0.21.27 (no suite of phase 2 runs the driver stage).
@@ -207,21 +210,6 @@ SCRATCH = [
         env=scratch(6),
     ),
 ]
-
-
-def own_fleet(name, first):
-    """The environment of a lane with a 3-host fleet of its own, beside the shared one:
-    kf-node-<first>..<first+2> in their own inventory (made by the sim_fleet fixture's
-    sim-up: kunlun_fleet.sim.testing). Its suites ask for the hosts with fleet_indexes()."""
-    env = {
-        "ANSIBLE_TIMEOUT": "120",
-        "KF_FLEET_FIRST": str(first),
-        "KF_SIM_INVENTORY": os.path.join(SIM_HOME, "fleets", name),
-    }
-    # molecule.yml's platforms (molecule interpolates plain variables only).
-    env.update(("KF_FLEET_HOST_%d" % n, "kf-node-%d" % (first + n - 1)) for n in (1, 2, 3))
-    return env
-
 
 # Beside the phases, from the start to the end of the run: the lanes that touch none of
 # the shared fleet's hosts. They run at a low CPU priority (their CPU cgroup, see
@@ -300,21 +288,6 @@ BACKGROUND = [
         env={"ANSIBLE_TIMEOUT": "120"},
     ),
 ]
-# The image role on three bare hosts of the lane's own (kf-node-11..13): prepare gives them
-# storage, engine and driver, converge builds once (a first build on this builder) and the
-# two others pull it from the builder's registry; then the registry's binding and client
-# certificates, a source and a host cut off mid-distribution and resumed, the stream
-# option. It needs no serving host, so it runs beside the phases (off the shared fleet's
-# lane, where it took about 180 s of the critical path), from where the large lane starts.
-BACKGROUND.append(
-    Suite(
-        "molecule-image",
-        "image",
-        [scenario("image"), "tests/image/test_image_distribution_sim.py"],
-        after="molecule-preflight",
-        env=own_fleet("image", 11),
-    )
-)
 BACKGROUND += SCRATCH
 for _suite in (s for phase in PHASES[1:] for s in phase):
     _suite.fleet_up = True

@@ -9,9 +9,7 @@ Helpers reach hosts the way the product does: ansible / ssh with checked host ke
 A scratch lane (tests/suites.py) gives a suite a host of its own instead of one of the
 shared fleet's: KF_SIM_INVENTORY names that host's own inventory (a one-host fleet) and
 KF_LANE_HOST the host (kf-node-N). A suite written for "its host" asks ``lane_host(N)``:
-the scratch host when it has one, else kf-node-N of the shared fleet. A lane may also own a
-3-host fleet of its own (KF_SIM_INVENTORY, and KF_FLEET_FIRST the index of its first host):
-a suite written for the three hosts asks ``fleet_indexes()``."""
+the scratch host when it has one, else kf-node-N of the shared fleet."""
 
 import os
 import re
@@ -26,8 +24,6 @@ from .config import REPO_ROOT as REPO
 # The inventory of the fleet this session tests: a scratch lane's own, or the shared one.
 INVENTORY = os.environ.get("KF_SIM_INVENTORY") or config.INVENTORY_DIR
 LANE_HOST = os.environ.get("KF_LANE_HOST") or None
-# A lane's 3-host fleet of its own: its first host's index (hosts kf-node-K..K+2).
-FLEET_FIRST = int(os.environ.get("KF_FLEET_FIRST") or 0) or None
 
 VENV_BIN = os.path.dirname(sys.executable)
 PLAYBOOKS = os.path.join(REPO, "tests", "sim", "playbooks")
@@ -56,13 +52,6 @@ def lane_host(default_index):
             raise ValueError("KF_LANE_HOST=%r is not a sim host name (kf-node-N)" % LANE_HOST)
         return index, config.host_name(index)
     return default_index, config.host_name(default_index)
-
-
-def fleet_indexes():
-    """The indexes of the session's three hosts: a lane's fleet of its own (KF_FLEET_FIRST),
-    else the shared fleet's 1, 2 and 3."""
-    first = FLEET_FIRST or 1
-    return [first, first + 1, first + 2]
 
 
 def closing_resets():
@@ -161,8 +150,8 @@ def loaded_driver(host_index):
 
 @pytest.fixture(scope="session")
 def sim_fleet():
-    """The session's fleet: the shared 3-host fleet, a scratch lane's one host, or a lane's
-    3-host fleet of its own (brought up once; torn down only with KF_SIM_TEARDOWN=1)."""
+    """The session's fleet: the shared 3-host fleet, or a scratch lane's one host (brought up
+    once; torn down only with KF_SIM_TEARDOWN=1)."""
     if os.geteuid() != 0:
         pytest.skip("the sim fleet needs root (loop devices, its own dockerd)")
     if LANE_HOST:
@@ -177,10 +166,6 @@ def sim_fleet():
             yield None
         else:
             yield sim("sim-up", "1", "--first", str(index), "--inventory", INVENTORY)
-    elif FLEET_FIRST:
-        # A lane's fleet of its own, beside the shared one (sim-up leaves healthy hosts as
-        # they are: the lane's suites after the first find them as it left them).
-        yield sim("sim-up", "3", "--first", str(FLEET_FIRST), "--inventory", INVENTORY)
     elif os.environ.get("KF_SIM_FLEET_UP") == "1":
         # tests/suites.py's phase 2: phase 1 brought the fleet up (sim-up --refresh) and
         # each lane now owns one host. A sim-up here would check the other lanes' hosts too,
@@ -190,7 +175,7 @@ def sim_fleet():
         # --refresh: the session tests the current kit, not hosts made from an older image.
         yield sim("sim-up", "3", "--refresh")
     if os.environ.get("KF_SIM_TEARDOWN") == "1":
-        sim(*(["sim-down", "--inventory", INVENTORY] if LANE_HOST or FLEET_FIRST else ["sim-down"]))
+        sim(*(["sim-down", "--inventory", INVENTORY] if LANE_HOST else ["sim-down"]))
 
 
 @pytest.fixture(scope="session")

@@ -1,11 +1,9 @@
-"""The image stage's distribution on three sim hosts as molecule/image leaves them (suite
-"molecule-image", after its scenario, on a 3-host fleet of the lane's own: tests/suites.py;
-on the shared fleet when run alone). The first host builds, the two others pull; it needs
-the whole fleet, not one host:
+"""The image stage's distribution on the three sim hosts the e2e left converged and serving
+(fleet lane, beside molecule-image; it needs the whole fleet, not one host):
 
 - the source dies as both hosts pull (the builder's registry port refused, open
   connections reset): both fail naming the builder, its registry and the fix, nothing is
-  tagged and :current is untouched; then, the registry back, the third host cut off (SSH
+  tagged and :current is untouched; then, the registry back, a host cut off (SSH
   refused) while the image is distributed: the other host finishes with the builder's
   image ID, the recap names the cut host as unreachable, and the next run gives it the
   tag (only to it) with the builder's image ID;
@@ -24,17 +22,14 @@ from pathlib import Path
 
 import pytest
 
-from kunlun_fleet.sim.config import host_address, host_name
-from kunlun_fleet.sim.testing import INVENTORY, fleet_indexes, recap, refuse_port
+from kunlun_fleet.sim.testing import recap, refuse_port
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-# The builder (the inventory's image_builders) and the two hosts that pull from it.
-BUILDER, SECOND, THIRD = fleet_indexes()
-PULLERS = (SECOND, THIRD)
-B_NAME, SECOND_NAME, THIRD_NAME = (host_name(i) for i in (BUILDER, SECOND, THIRD))
-REGISTRY = "%s:5000" % host_address(BUILDER)
+INVENTORY = ROOT / "inventories" / "sim"
+BUILDER, PULLERS = 1, (2, 3)
+REGISTRY = "172.31.250.11:5000"
 
 
 def ssh(index, command, check=True):
@@ -42,7 +37,7 @@ def ssh(index, command, check=True):
 
     proc = subprocess.run(fleet.ssh_cmd(index, command), capture_output=True, text=True, timeout=300)
     if check:
-        assert proc.returncode == 0, "%s: %r failed: %s%s" % (host_name(index), command, proc.stdout, proc.stderr)
+        assert proc.returncode == 0, "kf-node-%d: %r failed: %s%s" % (index, command, proc.stdout, proc.stderr)
     return proc.stdout.strip()
 
 
@@ -81,11 +76,11 @@ def converged(sim_fleet):
     assert rc == 0, out[-6000:]
     ids = image_ids(BUILDER)
     tag = build_tag(ids)
-    serving = {i: image_ids(i)["current"] for i in fleet_indexes()}
+    serving = {i: image_ids(i)["current"] for i in (1, 2, 3)}
     yield tag, ids[tag]
     # every host ends holding :current with the image it held before (and the build tag)
-    for i in fleet_indexes():
-        assert image_ids(i).get("current") == serving[i], "%s lost its :current tag" % host_name(i)
+    for i in (1, 2, 3):
+        assert image_ids(i).get("current") == serving[i], "kf-node-%d lost its :current tag" % i
 
 
 def registry_log_since(stamp):
@@ -99,8 +94,8 @@ def registry_log_since(stamp):
 
 def test_source_dies_as_hosts_pull_then_a_host_drops_mid_distribution_each_resumed(converged, tmp_path):
     """Two faults, each resumed by the next run (one story, to spend one distribution less):
-    the builder's registry dies as both hosts pull from it, then the third host is cut off
-    while the image is distributed again."""
+    the builder's registry dies as both hosts pull from it, then kf-node-3 is cut off while
+    the image is distributed again."""
     tag, builder_id = converged
     serving = {i: image_ids(i)["current"] for i in PULLERS}
     for i in PULLERS:
@@ -134,9 +129,9 @@ def test_source_dies_as_hosts_pull_then_a_host_drops_mid_distribution_each_resum
         out = log.read_text()
         hosts = recap(out)
         assert proc.returncode != 0, out[-6000:]
-        assert hosts[B_NAME]["failed"] == 0 and hosts[B_NAME]["unreachable"] == 0, hosts
+        assert hosts["kf-node-1"]["failed"] == 0 and hosts["kf-node-1"]["unreachable"] == 0, hosts
         for i in PULLERS:
-            name = host_name(i)
+            name = "kf-node-%d" % i
             assert hosts[name]["failed"] == 1 and hosts[name]["unreachable"] == 0, hosts
             after = out.split("TASK [image : Distribute | The pull failed", 1)[1]
             at = after.find("fatal: [%s]: FAILED! => " % name)
@@ -144,12 +139,10 @@ def test_source_dies_as_hosts_pull_then_a_host_drops_mid_distribution_each_resum
             rest = after[at:].split("=> ", 1)[1]
             text = json.JSONDecoder().raw_decode(rest)[0]["msg"]
             assert text.startswith(
-                "%s could not pull %s/kunlun-serving:%s from the registry on the builder %s:"
-                % (name, REGISTRY, tag, B_NAME)
+                "%s could not pull %s/kunlun-serving:%s from the registry on the builder kf-node-1:"
+                % (name, REGISTRY, tag)
             ), text
-            assert (
-                "Fix: make %s and its registry (kunlun-registry.service on %s) reachable" % (B_NAME, REGISTRY) in text
-            )
+            assert "Fix: make kf-node-1 and its registry (kunlun-registry.service on %s) reachable" % REGISTRY in text
             ids = image_ids(i)
             assert tag not in ids and ids.get("current") == serving[i], ids
             refs = ssh(i, "docker images --format '{{.Repository}}:{{.Tag}}'")
@@ -158,7 +151,7 @@ def test_source_dies_as_hosts_pull_then_a_host_drops_mid_distribution_each_resum
         if dead:
             refuse_port(BUILDER, 5000, False)
 
-    # 2. The registry is back; the third host is cut off while the image is distributed.
+    # 2. The registry is back; kf-node-3 is cut off while the image is distributed.
     log = tmp_path / "image-cut.log"
     cut = False
     try:
@@ -169,55 +162,54 @@ def test_source_dies_as_hosts_pull_then_a_host_drops_mid_distribution_each_resum
             while "TASK [image : Registry trust |" not in log.read_text():
                 assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-6000:]
                 time.sleep(0.2)
-            refuse_port(THIRD, 22, True)
+            refuse_port(3, 22, True)
             cut = True
             proc.wait(timeout=1800)
         out = log.read_text()
         hosts = recap(out)
         assert proc.returncode != 0, out[-6000:]
-        assert hosts[THIRD_NAME]["unreachable"] == 1, hosts
-        assert hosts[SECOND_NAME]["unreachable"] == 0 and hosts[SECOND_NAME]["failed"] == 0, hosts
-        assert "UNREACHABLE" in out and THIRD_NAME in out.split("PLAY RECAP")[-1]
+        assert hosts["kf-node-3"]["unreachable"] == 1, hosts
+        assert hosts["kf-node-2"]["unreachable"] == 0 and hosts["kf-node-2"]["failed"] == 0, hosts
+        assert "UNREACHABLE" in out and "kf-node-3" in out.split("PLAY RECAP")[-1]
     finally:
         if cut:
-            refuse_port(THIRD, 22, False)
+            refuse_port(3, 22, False)
         from kunlun_fleet.sim import fleet
 
-        fleet.drop_control_masters([THIRD])
+        fleet.drop_control_masters([3])
     # the other host finished (resuming the pull the dead source broke): the builder's
     # image under the build tag and :current
-    ids2 = image_ids(SECOND)
+    ids2 = image_ids(2)
     assert ids2.get(tag) == builder_id and ids2.get("current") == builder_id, ids2
-    assert tag not in image_ids(THIRD)
-    # 3. The next run resumes only what is missing: the third host pulls, nobody else changes
+    assert tag not in image_ids(3)
+    # 3. The next run resumes only what is missing: kf-node-3 pulls, nobody else changes
     stamp = ssh(BUILDER, "date '+%Y-%m-%d %H:%M:%S'")
     time.sleep(1)
     rc, out = play()
     assert rc == 0, out[-6000:]
     hosts = recap(out)
-    assert hosts[THIRD_NAME]["changed"] > 0 and hosts[SECOND_NAME]["changed"] == 0 and hosts[B_NAME]["changed"] == 0, (
-        hosts
-    )
-    assert re.search(r"changed: \[%s\]" % THIRD_NAME, out.split("Distribute | Pull the image")[1].split("TASK [")[0])
-    assert image_ids(THIRD).get(tag) == builder_id
+    assert (
+        hosts["kf-node-3"]["changed"] > 0 and hosts["kf-node-2"]["changed"] == 0 and hosts["kf-node-1"]["changed"] == 0
+    ), hosts
+    assert re.search(r"changed: \[kf-node-3\]", out.split("Distribute | Pull the image")[1].split("TASK [")[0])
+    assert image_ids(3).get(tag) == builder_id
     # the engines' pulls (user agent docker/...; the builder's read-only look is Python's)
     pulls = re.findall(
         r'^(\S+) - - \[[^]]*\] "(?:GET|HEAD) /v2/kunlun-serving/manifests/[^" ]+ [^"]*" \d+ \d+ "[^"]*" "docker/',
         registry_log_since(stamp),
         re.M,
     )
-    assert pulls and set(pulls) == {host_address(THIRD)}, pulls
+    assert pulls and set(pulls) == {"172.31.250.13"}, pulls
 
 
 def test_stream_option_still_distributes(converged):
     tag, builder_id = converged
-    ssh(SECOND, "docker rmi kunlun-serving:%s" % tag)
+    ssh(2, "docker rmi kunlun-serving:%s" % tag)
     rc, out = play("-e", "image_distribution=stream")
     assert rc == 0, out[-6000:]
     assert re.search(
-        r"changed: \[%s -> localhost\]" % SECOND_NAME,
-        out.split("Distribute | Stream the image")[1].split("TASK [")[0],
+        r"changed: \[kf-node-2 -> localhost\]", out.split("Distribute | Stream the image")[1].split("TASK [")[0]
     )
-    assert image_ids(SECOND).get(tag) == builder_id
+    assert image_ids(2).get(tag) == builder_id
     hosts = recap(out)
-    assert hosts[THIRD_NAME]["changed"] == 0 and hosts[B_NAME]["changed"] == 0, hosts
+    assert hosts["kf-node-3"]["changed"] == 0 and hosts["kf-node-1"]["changed"] == 0, hosts
