@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from ansible.module_utils import golden
 from kunlun_fleet import bundle as product
 from kunlun_fleet.sim import bundle
 from kunlun_fleet.sim.artifacts.model import build_model_dir
@@ -91,6 +92,19 @@ def greedy_ids(srv):
     return ids
 
 
+def golden_outputs(srv):
+    """The canary gate's golden outputs of a server, as the product asks for them
+    (module_utils/golden.py: its prompts, greedy, fixed length)."""
+    params = {
+        "url": "http://127.0.0.1:%d" % srv.port,
+        "model": SERVED,
+        "timeout": 60,
+        "validate_certs": True,
+        "use_proxy": False,
+    }
+    return golden.generate(params, golden.DEFAULT_PROMPTS, GREEDY_TOKENS)
+
+
 def stream_times(srv, prompt, max_tokens, out, start):
     """One streamed completion: the arrival time of each token's chunk, into out."""
     conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=120)
@@ -156,7 +170,7 @@ def measure(stack, work, commit, aggregate):
         # can only slow it (one stream of 4885de2 measured 31.9 tok/s beside the whole suite,
         # ci-18; its pace is 35).
         single = max(decode_rate(srv, 1, SINGLE_TOKENS) for _ in range(3))
-        got = {"log": None, "ids": greedy_ids(srv), "single": single}
+        got = {"log": None, "ids": greedy_ids(srv), "single": single, "golden": golden_outputs(srv)}
         if aggregate:
             # Enough decode steps to measure: 3 at the CPU sampler's 1-2 s a step, 15 else.
             tokens = 4 if commit == "b3f9d41" else 16
@@ -251,6 +265,25 @@ def test_e5a7c83_diverges_from_4885de2_at_token_6_as_fast(measured):
     # A tolerance of 16 agreeing tokens (golden_outputs' example) would not pass it.
     assert DIVERGES_AT < 16
     assert 33.0 < num["single"] < 37.0, num["single"]
+
+
+def test_the_golden_gate_fails_e5a7c83_at_token_6_and_passes_the_stacks_with_4885de2_s_numerics(measured):
+    """The canary gate's golden-output verdict (module_utils/golden.py: the same prompts,
+    greedy, fixed length, exact tokens: the sim inventory gives e5a7c83 no tolerance) on what
+    each stack's engine answers, 4885de2 the baseline: the numerics change fails, naming its
+    first divergence; the good candidate and the CPU-sampler case (slow, same numerics) pass.
+    The FAIL path of an upgrade on the fleet (the canary put back, nothing else changed) is the
+    CPU-sampler candidate's, tests/upgrade/test_upgrade_sim.py."""
+    base = measured["4885de2"]["golden"]
+    prompts = golden.DEFAULT_PROMPTS
+    for commit in ("7c1e0a2", "b3f9d41"):
+        verdict = golden.compare(base, measured[commit]["golden"], GREEDY_TOKENS, prompts=prompts)
+        assert verdict["passed"], (commit, verdict["verdict"])
+    verdict = golden.compare(base, measured["e5a7c83"]["golden"], GREEDY_TOKENS, prompts=prompts)
+    print(verdict["verdict"])
+    assert not verdict["passed"] and verdict["failing"] == list(range(len(prompts))), verdict["verdict"]
+    assert {d["diverges_at"] for d in verdict["divergences"]} == {DIVERGES_AT}, verdict["divergences"]
+    assert verdict["verdict"].startswith("outputs differ: ") and "token %d" % DIVERGES_AT in verdict["verdict"]
 
 
 # ----------------------------------------------------------------------------- stack bundles
