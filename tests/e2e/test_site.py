@@ -370,6 +370,10 @@ def unit_image(index):
     return ssh(index, "cat /etc/kunlun-serve/image").stdout.strip()
 
 
+def image_id(index, ref):
+    return ssh(index, "docker image inspect --format '{{.Id}}' %s" % ref).stdout.strip()
+
+
 def test_acceptance_lines(first_run):
     """A line per host and one for the endpoint, each with a measured figure and the verdict
     that figure earns against the target. The figure is the stand-in's pace on a shared
@@ -437,6 +441,30 @@ def running_requests():
 
 def started_at(index):
     return ssh(index, "systemctl show -P ActiveEnterTimestampMonotonic kunlun-serve.service").stdout.strip()
+
+
+def test_rollback_playbook_serves_previous_then_current_again(first_run):
+    """On one host (`--limit`, the operator's batch): the same playbook and role run on
+    every host of a batch. Hosts one after another under load, each behind the capacity
+    gate and drained: the driver stage's rolling pass (tests/upgrade/test_driver_rolling_sim.py);
+    the serve rollout's batches from its plan: tests/unit/test_rollout_capacity.py."""
+    # A "previous" image: the current one with another label (another image ID).
+    ssh(
+        2,
+        "printf 'FROM kunlun-serving:current\\nLABEL kf.e2e=previous\\n' "
+        "| docker build -q -t kunlun-serving:previous -",
+    )
+    previous, current = image_id(2, "kunlun-serving:previous"), image_id(2, "kunlun-serving:current")
+    others = {i: unit_image(i) for i in (1, 3)}
+    rc, out = ansible_playbook("playbooks/rollback.yml", "--limit", "kf-node-2")
+    assert rc == 0, out[-6000:]
+    assert unit_image(2) == previous
+    assert {i: unit_image(i) for i in (1, 3)} == others
+    url, model, key = endpoint()
+    assert ask(url, model, key)
+    rc, out = ansible_playbook("playbooks/serve.yml", "--limit", "kf-node-2")
+    assert rc == 0, out[-6000:]
+    assert unit_image(2) == current
 
 
 def ask(url, model, key):

@@ -362,7 +362,10 @@ def test_slow_engine_under_load_quarantined_as_slow(watched):
     w = fleet.worker(2)
     assert w["kind"] == "slow" and "median" in w["reason"], w
     assert w["decode_tok_s"] < 0.4 * w["fleet_decode_tok_s"], w
-    assert {fleet.worker(i)["state"] for i in (0, 1)} == {"serving"}, fleet.state()
+    # Only the slow host is taken out. The others may be "suspect" for a round (still in the
+    # router) when this busy machine slows one of them too: ci-24 saw 29 against a median of 92
+    # tok/s beside the whole suite. A quarantine needs slow rounds in a row; none happened.
+    assert all(fleet.worker(i)["state"] != "quarantined" for i in (0, 1)), fleet.state()
     assert fleet.listed() == sorted(s.base for s in fleet.servers[:2])
 
 

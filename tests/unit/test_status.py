@@ -108,6 +108,16 @@ def render_serve_unit(image_id=CURRENT, **overrides):
     return env.get_template("kunlun-serve.service.j2").render(**values)
 
 
+def test_the_serving_unit_names_its_image_by_id_not_by_the_tag_that_chose_it():
+    """An upgrade's canary step runs the serve stage on the stack's tag; the promotion then tags
+    that image `current` and runs it again. The unit (the serve role's template) must be the same
+    both times, or the canary is drained and restarted for nothing; another image ID is another unit."""
+    by_stack_tag = render_serve_unit(serve_image_ref="kunlun-serving:0.15.1-7c1e0a2")
+    assert by_stack_tag == render_serve_unit(serve_image_ref="kunlun-serving:current")
+    assert render_serve_unit(image_id=PREVIOUS) != by_stack_tag
+    assert CURRENT in by_stack_tag and "kunlun-serving:" not in by_stack_tag
+
+
 def render_gateway_unit(workers):
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(ROOT / "roles/gateway/templates")))
     env.filters["quote"] = lambda s: "'%s'" % s

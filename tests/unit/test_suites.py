@@ -185,9 +185,14 @@ def test_background_lanes_run_beside_the_phases_at_a_lower_priority(tmp_path, mo
 def test_phase_two_suites_leave_the_other_lanes_hosts_alone(tmp_path, monkeypatch):
     """Phase 2's lanes share the fleet phase 1 brought up: their suites get
     KF_SIM_FLEET_UP=1, so the sim_fleet fixture runs no sim-up (which would check, and fail
-    on, a host another lane is rebooting); phase 1 and the lanes beside it do not."""
+    on, a host another lane is rebooting); so does a phase-1 lane beside the fleet lane, which
+    starts after the e2e brought the fleet up; the fleet lane and the lanes beside the phases
+    do not."""
     assert all(s.fleet_up for phase in suites.PHASES[1:] for s in phase)
-    assert not any(s.fleet_up for s in suites.PHASES[0] + suites.BACKGROUND)
+    for s in suites.PHASES[0]:
+        assert s.fleet_up == (s.lane != "fleet"), s.name
+        assert s.lane == "fleet" or s.after == "e2e", s.name
+    assert not any(s.fleet_up for s in suites.BACKGROUND)
     monkeypatch.setattr(suites, "REPORTS", tmp_path)
     monkeypatch.delenv("KF_SIM_FLEET_UP", raising=False)
     seen = {}
@@ -202,6 +207,29 @@ def test_phase_two_suites_leave_the_other_lanes_hosts_alone(tmp_path, monkeypatc
         suites.run_suite(s)
         seen[fleet_up] = (tmp_path / (s.name + ".log")).read_text().strip()
     assert seen == {False: "-", True: "1"}, seen
+
+
+def test_an_on_demand_suite_runs_only_when_named(tmp_path, monkeypatch):
+    """A run of everything leaves out the on-demand suites (tests the run has no room for);
+    --only runs them."""
+    assert [s.name for s in suites.ALL if s.on_demand] == ["upgrade-promotion"]
+
+    def suite(name, **kw):
+        return suites.Suite(
+            name, "fleet", [], command=[sys.executable, "-c", "open(%r, 'w')" % str(tmp_path / name)], **kw
+        )
+
+    plain, extra = suite("plain"), suite("extra", on_demand=True)
+    monkeypatch.setattr(suites, "PHASES", [[plain, extra]])
+    monkeypatch.setattr(suites, "BACKGROUND", [])
+    monkeypatch.setattr(suites, "ALL", [plain, extra])
+    monkeypatch.setattr(suites, "REPORTS", tmp_path / "reports")
+    monkeypatch.setattr(suites, "machine_problems", lambda: [])
+    monkeypatch.setattr(suites, "check_ownership", lambda ss: {s.name: 1 for s in ss})
+    assert suites.main([]) == 0
+    assert (tmp_path / "plain").exists() and not (tmp_path / "extra").exists()
+    assert suites.main(["--only", "extra"]) == 0
+    assert (tmp_path / "extra").exists()
 
 
 def test_why_a_suite_failed_is_in_the_runs_last_lines(tmp_path):
