@@ -141,21 +141,12 @@ PHASES = [
         # dashboard query with data, a stopped server and a device in error each raising
         # its alert once its (sim-shortened) `for:` window passed, and named in `kunlun-fleet
         # status`; the fleet put back served.
-        # After the image scenario beside the bench: its builds load the hosts the engine
-        # watchdog judges (the bench pauses the watchdog; this suite's faults need it).
-        Suite("monitoring-sim", "fleet", ["tests/monitoring"], timeout=900, after="molecule-image"),
-        # The image role on three hosts, beside the bench (lane fleet-image, from the e2e's
-        # end, on the fleet it leaves up): prepare untags every serving image but :current, so
-        # converge builds once (from the builder's layer cache) and the two others pull it
-        # from the builder's registry; verify reads the registry's binding and client
-        # certificates. It touches no serving unit, no gateway and no SSH link, and :current
-        # (what the hosts serve, what status reads) does not move: the bench's suite beside it
-        # sees the fleet as the e2e left it. Its CPU fills what the serial lane leaves idle.
-        IMAGE_SCENARIO := Suite("molecule-image", "fleet-image", [scenario("image")], after="e2e"),
-        # The distribution's faults, on the fleet lane (they cut a host's SSH and the builder's
-        # registry port): a source and a host cut off mid-distribution and resumed, the stream
-        # option.
-        Suite("image-distribution", "fleet", ["tests/image/test_image_distribution_sim.py"]),
+        Suite("monitoring-sim", "fleet", ["tests/monitoring"], timeout=900),
+        # The image role on three hosts: prepare untags the serving image, so converge
+        # builds once (from the builder's layer cache) and the two others pull it from
+        # the builder's registry; then the registry's binding and client certificates, a
+        # source and a host cut off mid-distribution and resumed, the stream option.
+        Suite("molecule-image", "fleet", [scenario("image"), "tests/image/test_image_distribution_sim.py"]),
         # Stack upgrades on the served fleet (docs/upgrades.md), one after another: the stack
         # served unchanged, a known-bad stack refused, the CPU-sampler candidate caught by the
         # canary gate under load through the endpoint and put back, `--check` to a stack on
@@ -307,7 +298,7 @@ BACKGROUND = [
     ),
 ]
 BACKGROUND += SCRATCH
-for _suite in [IMAGE_SCENARIO] + [s for phase in PHASES[1:] for s in phase]:
+for _suite in (s for phase in PHASES[1:] for s in phase):
     _suite.fleet_up = True
 for _suite in BACKGROUND:
     _suite.nice = 10
