@@ -627,6 +627,10 @@ def run_suite(suite):
             cmd,
             cwd=ROOT,
             env=env,
+            # A stdin of its own: an inherited one is shared by every lane, and a process that
+            # leaves it non-blocking makes each later ansible refuse to start ("Ansible requires
+            # blocking IO on stdin", molecule-image in ci-26).
+            stdin=subprocess.DEVNULL,
             stdout=fh,
             stderr=subprocess.STDOUT,
             text=True,
