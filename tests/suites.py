@@ -162,7 +162,7 @@ PHASES = [
         ),
         # On demand (--only upgrade-promotion, on a served fleet): the numerics candidate caught
         # by the golden-output gate, a good candidate promoted under load, the rollback playbook
-        # after it, `--to` the previous stack back. About 400 s of this lane, which the run
+        # after it, `--to` the previous stack back. 360 s on the demo fleet, which the run
         # has no room for on two cores (docs/upgrades.md, "Tests"; docs/performance.md).
         Suite("upgrade-promotion", "fleet", ["tests/upgrade/test_promotion_sim.py"], timeout=1800, on_demand=True),
     ],
