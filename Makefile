@@ -8,9 +8,12 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 .PHONY: setup bench-setup real-engine-setup system-deps lint syntax test-fast test collection collection-sanity ee demo sim-up sim-down sim-status clean
 
-# The pinned controller toolchain (requirements.txt) and the project's CLI.
+# The pinned controller toolchain (requirements.txt) and the project's CLI. Debian's python3
+# makes no venv without python3-venv (ensurepip), which a bare Debian 12 machine lacks: the
+# controller's Debian packages first (scripts/install-controller-deps.sh, root and apt).
 setup: $(BIN)/kunlun-fleet
 $(BIN)/kunlun-fleet: requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PY) -c 'import ensurepip, venv' 2>/dev/null || scripts/install-controller-deps.sh
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements.txt

@@ -366,8 +366,10 @@ def cmd_stacks(ns):
     try:
         pins = bundle.load_pins(ns.inventory)
     except ValueError as exc:
+        from kunlun_fleet import runner
+
         print("kunlun-fleet stacks: %s" % exc, file=sys.stderr)
-        return 1
+        return runner.REFUSED
     bundle.module_utils()
     from ansible.module_utils.kunlun_stack import component_versions, stack_catalog
 
@@ -473,16 +475,27 @@ def cmd_runs(ns):
 
 
 def cmd_plan(ns):
+    from kunlun_fleet import runner
     from kunlun_fleet.bench import plan, results
 
+    # Input it cannot use is refused with the same code as every other command's (3).
     path = ns.results or results.latest(str(ROOT / "reports"))
     if not path or not os.path.exists(path):
-        sys.exit("no bench results (reports/bench-*/results.json): run `kunlun-fleet bench -i INVENTORY` first")
+        print(
+            "kunlun-fleet plan: no bench results (reports/bench-*/results.json): "
+            "run `kunlun-fleet bench -i INVENTORY` first",
+            file=sys.stderr,
+        )
+        return runner.REFUSED
+    if not ns.concurrency and not ns.output_tok_s:
+        print(
+            "kunlun-fleet plan: give --concurrency N and/or --output-tok-s T (and optionally --ttft-p99 2s)",
+            file=sys.stderr,
+        )
+        return runner.REFUSED
     res = results.load(path)
     curve = plan.per_host_curve(res)
     ttft = plan.parse_seconds(ns.ttft_p99) if ns.ttft_p99 else None
-    if not ns.concurrency and not ns.output_tok_s:
-        sys.exit("give --concurrency N and/or --output-tok-s T (and optionally --ttft-p99 2s)")
     answer = plan.answer(res, concurrency=ns.concurrency, output_tok_s=ns.output_tok_s, ttft_p99_s=ttft)
     print("from %s (%s host(s) measured directly)" % (path, len((res.get("meta") or {}).get("hosts") or [])))
     print(plan.describe(answer))
@@ -542,8 +555,30 @@ def _run_options(p, stages=False):
     how.add_argument("--json", action="store_true", help="one JSON object per event per line")
 
 
+def version():
+    """kunlun-fleet's release (the installed package's metadata) and, in a git checkout, its
+    commit: what an operator quotes in a report of a problem."""
+    from importlib import metadata
+
+    try:
+        text = "kunlun-fleet %s" % metadata.version("kunlun-fleet")
+    except metadata.PackageNotFoundError:
+        text = "kunlun-fleet (not installed: run make setup)"
+    root = Path(__file__).resolve().parents[1]
+    if (root / ".git").exists():
+        import subprocess
+
+        proc = subprocess.run(
+            ["git", "-C", str(root), "describe", "--always", "--dirty"], capture_output=True, text=True
+        )
+        if proc.returncode == 0 and proc.stdout.strip():
+            text += " (checkout %s, commit %s)" % (root, proc.stdout.strip())
+    return text
+
+
 def build_parser():
     parser = _Parser(prog="kunlun-fleet", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=version())
     sub = parser.add_subparsers(dest="command", required=True)
     epilog = (
         "other arguments go to ansible-playbook (-e, --check, --diff, --tags, -v, ...). Exit codes: 0 ok, "

@@ -12,10 +12,12 @@ The parsers are imported from module_utils/ and library/ as the unit tests impor
 (tests/conftest.py): module_utils as ansible.module_utils.<name>, library/ on sys.path.
 
 Exit codes: 0 every file ok or missing; 2 a file unreadable or differing (or a host not
-collected); 3 bad input (no DIR, no DIR/<host>/index.json, an index that is not JSON).
+collected); 3 bad input (no DIR, no DIR/<host>/index.json, an index that is not JSON, an
+index entry or a file that leads out of DIR: a name with ../ or /, an absolute path, a link).
 """
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -220,14 +222,32 @@ class BadInput(Exception):
     pass
 
 
+# The fix for a collection that names something outside itself.
+COLLECT_AGAIN = "Fix: collect it again with `kunlun-fleet status --collect DIR` (it writes plain files only)"
+
+
+def _linked(path, what):
+    """Refuses a link where the collection has a plain file or directory: reading through it
+    would read what it points at, outside DIR."""
+    if path.is_symlink():
+        raise BadInput(
+            "%s %s is a link (to %s), not a %s of the collection. %s"
+            % (what, path, os.readlink(path), what, COLLECT_AGAIN)
+        )
+
+
 def host_dirs(directory):
     """[(host, dir)] under DIR (or DIR itself when it is one host's collection)."""
     base = Path(directory)
     if not base.is_dir():
         raise BadInput("no directory %s (give the DIR of `kunlun-fleet status --collect DIR`)" % directory)
     if (base / "index.json").is_file():
+        _linked(base / "index.json", "file")
         return [(base.name, base)]
     found = sorted((d.name, d) for d in base.iterdir() if d.is_dir() and (d / "index.json").is_file())
+    for _name, d in found:
+        _linked(d, "directory")
+        _linked(d / "index.json", "file")
     if not found:
         raise BadInput(
             "no %s/<host>/index.json: not a directory written by `kunlun-fleet status --collect`" % directory
@@ -268,6 +288,20 @@ def reference_fields(p, name, reference_dir):
     return _reference_cache[key]
 
 
+def entry_path(host_dir, entry):
+    """The file an index entry names: a plain file of the host's directory. A name that
+    leaves it (a path with ../ or /, an absolute path) or a link is refused (BadInput)."""
+    name = entry.get("file")
+    path = Path(host_dir) / str(name)
+    if not isinstance(name, str) or name in (".", "..") or "/" in name or "\\" in name:
+        raise BadInput(
+            "%s/index.json: the entry of %r names the file %r, which is not a file of %s (a path that leaves the "
+            "host's directory). %s" % (host_dir, entry.get("command"), name, host_dir, COLLECT_AGAIN)
+        )
+    _linked(path, "file")
+    return path
+
+
 def check_file(p, host_dir, entry, index, reference_dir):
     """{file, command, verdict, reason, lacks} for one entry of a host's index."""
     name = entry.get("file") or ""
@@ -278,7 +312,7 @@ def check_file(p, host_dir, entry, index, reference_dir):
     if not name:
         out.update(verdict="unreadable", reason="the index names no file for it")
         return out
-    path = Path(host_dir) / name
+    path = entry_path(host_dir, entry)
     try:
         text = path.read_text(errors="replace")
     except OSError as exc:

@@ -1,8 +1,10 @@
 """A small load generator for the fleet endpoint (the upgrade and driver-pass tests under load).
 
 Clients send chat completions (streamed) and completions through the endpoint with the
-official openai client until stopped. The client retries (max_retries) what a restart
-interrupts. A request counts as served only when it ended with a finish reason and the
+official openai client until stopped. The client never retries (max_retries=0): the tests
+count lost requests through it, and a retry would hide a request the fleet failed (a drain
+that answered 502, a restart that refused a connection); a retry the fleet needs is the
+gateway's. A request counts as served only when it ended with a finish reason and the
 server's count of its tokens; anything else (an error, a stream cut in the middle, an
 answer without its usage) is counted as lost."""
 
@@ -11,13 +13,11 @@ import time
 
 
 class Load:
-    def __init__(self, url, model, api_key, clients=4, max_tokens=24, max_retries=4):
+    def __init__(self, url, model, api_key, clients=4, max_tokens=24):
         import openai
 
         self.model, self.max_tokens = model, max_tokens
-        self.client = openai.OpenAI(
-            base_url=url.rstrip("/") + "/v1", api_key=api_key, max_retries=max_retries, timeout=120
-        )
+        self.client = openai.OpenAI(base_url=url.rstrip("/") + "/v1", api_key=api_key, max_retries=0, timeout=120)
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.ok, self.failed, self.tokens = 0, [], 0

@@ -169,7 +169,7 @@ def unit_worker_urls(text):
         for token in argv[argv.index("--worker-urls") + 1 :]:
             if token.startswith("-"):
                 break
-            urls.append(token)
+            urls.append(re.sub(r"([%$])\1", r"\1", token))  # the unit's %% and $$: one character
         return urls
     return None
 
@@ -452,14 +452,29 @@ def acceptance_of(host, acceptance):
 def health(row, has_gateway):
     """Why a host is unhealthy, one reason each (empty: healthy). Pure: reads the row only.
 
-    Unreachable; its state not read; kunlun-serve not active; not running the current image;
-    fewer accelerators ok than expected (no driver facts included); not in every gateway
-    when the inventory has gateways (has_gateway)."""
+    Unreachable; its state not read; the data volume not mounted; kunlun-serve not active; not
+    running the current image; fewer accelerators ok than expected (no driver facts
+    included); not in every gateway when the inventory has gateways (has_gateway)."""
     if not row.get("reachable"):
         return ["unreachable: %s" % (row.get("error") or "no answer")]
     if row.get("error"):
         return ["state not read: %s" % row["error"]]
     reasons = []
+    # The data volume first: without it nothing below can serve (a data disk failed at boot).
+    volume = row.get("volume") or {}
+    if volume_missing(volume):
+        reasons.append(
+            "data volume not mounted at %s%s"
+            % (
+                volume.get("mount_point") or "/home",
+                (
+                    " (fstab: %s): its device did not appear at boot, a data disk failed or missing? "
+                    "Check pvs, lvs -a -o +devices, journalctl -b -u %s" % (volume["fstab"], volume.get("mount_unit"))
+                )
+                if volume.get("fstab")
+                else " and no fstab line for it (the storage stage has not run here)",
+            )
+        )
     service = row.get("service") or {}
     unit = service.get("unit") or "kunlun-serve.service"
     active = service.get("active")
@@ -507,6 +522,12 @@ def health(row, has_gateway):
     return reasons
 
 
+def volume_missing(volume):
+    """Whether the host_status read found nothing mounted at the data volume's mount point
+    (not a read that failed)."""
+    return volume.get("mounted") is False and not (volume.get("error") or "").startswith("unreadable")
+
+
 def warnings(row):
     """What an operator should see without it making the host unhealthy."""
     if not row.get("reachable") or row.get("error"):
@@ -516,9 +537,10 @@ def warnings(row):
     if driver.get("low_power"):
         notes.append("cards below full power: %s" % ", ".join(str(i) for i in driver["low_power"]))
     volume = row.get("volume") or {}
-    if volume.get("error"):
+    if volume.get("error") and not volume_missing(volume):
         notes.append("%s: %s" % (volume.get("mount_point") or "volume", volume["error"]))
-    if volume.get("free_pct") is not None and volume["free_pct"] < LOW_FREE_PCT:
+    # Not mounted: the free space read is the root disk's, not the volume's.
+    if volume.get("free_pct") is not None and volume["free_pct"] < LOW_FREE_PCT and not volume_missing(volume):
         notes.append("%s has %.1f%% free" % (volume.get("mount_point"), volume["free_pct"]))
     serving = row.get("serving") or {}
     if (row.get("service") or {}).get("active") == "active" and serving.get("error"):

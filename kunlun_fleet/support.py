@@ -236,6 +236,16 @@ def write_watchdog(top, states, evidence, hosts):
     return index
 
 
+def _private_file(path):
+    """`path` opened for writing, created 0600 (whatever the umask) and exclusively, never
+    through a link: the bundle is private from its first byte. A .partial a killed run left
+    is removed first."""
+    if os.path.lexists(path):
+        os.unlink(path)
+    fd = os.open(str(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    return os.fdopen(fd, "wb")
+
+
 def run(inventory, limit=None, output=None, argv=None, base=None, out=None):
     out = out or sys.stdout
     base = Path(base or runner.root())
@@ -292,9 +302,8 @@ def run(inventory, limit=None, output=None, argv=None, base=None, out=None):
         )
         mask_tree(top, masker)
         partial = archive.with_name(archive.name + ".partial")
-        with tarfile.open(partial, "w:gz") as tar:
+        with _private_file(partial) as handle, tarfile.open(fileobj=handle, mode="w:gz") as tar:
             tar.add(str(top), arcname=name)
-        os.chmod(partial, 0o600)
     leaked = secrets_in(partial, masker)
     if leaked:
         partial.unlink()

@@ -29,6 +29,7 @@ import json
 import os
 import re
 import secrets
+import tempfile
 
 PASSWORD_FILE = ".vault-password"
 VAULT_FILE = os.path.join("group_vars", "all", "vault.yml")
@@ -55,16 +56,49 @@ def _vault(password):
     from ansible.constants import DEFAULT_VAULT_ID_MATCH
     from ansible.parsing.vault import VaultLib, VaultSecret
 
-    return VaultLib([(DEFAULT_VAULT_ID_MATCH, VaultSecret(password.encode()))])
+    if not isinstance(password, bytes):  # as read_password returns it, or text
+        password = password.encode()
+    return VaultLib([(DEFAULT_VAULT_ID_MATCH, VaultSecret(password))])
+
+
+def read_password(path, refused=Refused):
+    """The vault password in `path` as ansible-playbook reads it (get_file_vault_secret of
+    ansible/parsing/vault/__init__.py): an executable file is run and its stdout is the
+    password (a name ending in -client, as vault-client.py, is run with --vault-id default,
+    the id --vault-password-file gives); any other file's content, stripped. Reading an
+    executable as text would vault the key under the script's source."""
+    from ansible.constants import DEFAULT_VAULT_IDENTITY
+    from ansible.errors import AnsibleError
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.parsing.vault import get_file_vault_secret
+
+    try:
+        secret = get_file_vault_secret(filename=path, vault_id=DEFAULT_VAULT_IDENTITY, loader=DataLoader())
+        secret.load()
+    except AnsibleError as exc:
+        raise refused(
+            "the vault password file %s gives no password (%s). Fix: the file holds the password, or is a script "
+            "that prints it (executable; ansible-playbook runs it the same way)" % (path, str(exc).strip().rstrip("."))
+        ) from None
+    return secret.bytes
 
 
 def _write_private(path, data):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-    os.replace(tmp, path)
+    """`data` into `path`, mode 0600 from the first byte: written to a new file of a unique
+    name in the same directory (created exclusively, never through a link someone put
+    there), flushed to disk, then renamed over `path`."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 def ensure_api_key(inventory_dir, password_file=None):
@@ -86,7 +120,7 @@ def ensure_api_key(inventory_dir, password_file=None):
         return False, vault_path
     if not os.path.exists(pw_path):
         _write_private(pw_path, (secrets.token_urlsafe(32) + "\n").encode())
-    password = open(pw_path).read().strip()
+    password = read_password(pw_path, SystemExit)
     key = "kf-" + secrets.token_urlsafe(32)
     armored = _vault(password).encrypt(key.encode()).decode()
     text = (
@@ -102,7 +136,7 @@ def read_api_key(inventory_dir, password_file=None):
     import yaml
 
     default_pw, vault_path = paths(inventory_dir)
-    password = open(password_file or default_pw).read().strip()
+    password = read_password(password_file or default_pw, SystemExit)
 
     class Loader(yaml.SafeLoader):
         pass
@@ -158,7 +192,7 @@ def _open(inventory_dir, password_file=None):
             "%s exists but its vault password file %s does not: give it with --vault-password-file (or put it back)"
             % (vault_path, pw_path)
         )
-    password = open(pw_path).read().strip()
+    password = read_password(pw_path)
     text = open(vault_path).read()
     if text.lstrip().startswith("$ANSIBLE_VAULT"):
         raise Refused(

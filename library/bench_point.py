@@ -99,6 +99,12 @@ options:
     type: list
     elements: dict
     default: []
+  ca_file:
+    description:
+      - A CA certificate file (PEM) on the controller that verifies C(https) servers besides the system's trust store
+        (the fleet CA's, for the workers) - for aiperf (a bundle of the system's certificates and this one, its
+        C(SSL_CERT_FILE)) and for the counters' reads. Omitted or empty - the system's trust store only.
+    type: path
   metrics_timeout:
     description: Seconds to read one server's counters.
     type: float
@@ -152,8 +158,9 @@ EXAMPLES = r"""
     concurrency: 256
     duration: 60
     metrics:
-      - {host: p800-a01, url: "http://10.0.0.11:8000/metrics"}
-      - {host: p800-a02, url: "http://10.0.0.12:8000/metrics"}
+      - {host: p800-a01, url: "https://10.0.0.11:8000/metrics"}
+      - {host: p800-a02, url: "https://10.0.0.12:8000/metrics"}
+    ca_file: inventories/site-a/.image-registry-pki/ca.crt
     artifact_dir: reports/bench-20260101T000000Z/points/fleet-c256
   delegate_to: localhost
   run_once: true
@@ -237,6 +244,7 @@ import json
 import os
 import resource
 import shutil
+import ssl
 import tempfile
 import time
 
@@ -264,17 +272,40 @@ STARTUP_MARGIN_S = 180
 SERVICE_START_TIMEOUT_S = 120
 
 
-def read_counters(url, timeout):
-    opener = urllib_request.build_opener(urllib_request.ProxyHandler({}))
+def tls_context(ca_file):
+    """The context https servers are verified with: the system's trust store, and ca_file."""
+    context = ssl.create_default_context()
+    if ca_file:
+        context.load_verify_locations(cafile=ca_file)
+    return context
+
+
+def trust_bundle(ca_file, directory):
+    """A PEM file in `directory` holding the system's default CA file and ca_file, for a
+    process told to trust both through SSL_CERT_FILE (which replaces the default file)."""
+    path = os.path.join(directory, "trust.pem")
+    system = ssl.get_default_verify_paths().openssl_cafile
+    with open(path, "wb") as out:
+        for source in (system, ca_file):
+            if source and os.path.isfile(source):
+                with open(source, "rb") as fh:
+                    out.write(fh.read().rstrip(b"\n") + b"\n")
+    return path
+
+
+def read_counters(url, timeout, context=None):
+    opener = urllib_request.build_opener(
+        urllib_request.ProxyHandler({}), urllib_request.HTTPSHandler(context=context or tls_context(None))
+    )
     with opener.open(url, timeout=timeout) as resp:
         return counters(resp.read().decode("utf-8", "replace"))
 
 
-def snapshot(targets, timeout):
+def snapshot(targets, timeout, context=None):
     out = {}
     for t in targets:
         try:
-            out[t["host"]] = read_counters(t["url"], timeout)
+            out[t["host"]] = read_counters(t["url"], timeout, context)
         except Exception as exc:  # unreachable, refused, bad answer: recorded per host
             out[t["host"]] = {"error": "%s: %s" % (type(exc).__name__, exc)}
     return out
@@ -308,6 +339,7 @@ def main():
             workers=dict(type="int", default=2),
             metrics=dict(type="list", elements="dict", default=[]),
             metrics_timeout=dict(type="float", default=10.0),
+            ca_file=dict(type="path"),
             tolerance_pct=dict(type="float", default=3.0),
             retokenize=dict(type="bool", default=True),
             fd_headroom=dict(type="int", default=1024),
@@ -404,8 +436,13 @@ def main():
     }
     if p["api_key"]:
         env[API_KEY_ENV] = p["api_key"]
+    # aiperf verifies https servers with Python's default context (aiohttp), whose only
+    # option is SSL_CERT_FILE: the system's certificates and the fleet CA's, in one file.
+    if p["ca_file"]:
+        env["SSL_CERT_FILE"] = trust_bundle(p["ca_file"], scratch)
+    context = tls_context(p["ca_file"])
 
-    before = snapshot(p["metrics"], p["metrics_timeout"])
+    before = snapshot(p["metrics"], p["metrics_timeout"], context)
     machine0, usage0, t0 = cpu_times(), resource.getrusage(resource.RUSAGE_CHILDREN), time.time()
     try:
         rc, out, err = module.run_command(
@@ -417,7 +454,7 @@ def main():
         shutil.rmtree(scratch, ignore_errors=True)
     wall = time.time() - t0
     usage1, machine1 = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_times()
-    after = snapshot(p["metrics"], p["metrics_timeout"])
+    after = snapshot(p["metrics"], p["metrics_timeout"], context)
     with open(os.path.join(art, "aiperf-console.txt"), "w") as fh:
         fh.write(out)
         fh.write(err)

@@ -90,7 +90,7 @@ author:
 EXAMPLES = r"""
 - name: Take the worker out of every gateway (no wait here)
   gateway_worker:
-    url: http://10.20.1.12:8000
+    url: https://10.20.1.12:8000
     state: absent
     router_url: http://127.0.0.1:8081
     drain_timeout: 0
@@ -99,7 +99,7 @@ EXAMPLES = r"""
 
 - name: Then wait on each gateway until no request routed to it is left
   gateway_worker:
-    url: http://10.20.1.12:8000
+    url: https://10.20.1.12:8000
     state: absent
     router_url: http://127.0.0.1:8081
     metrics_url: http://127.0.0.1:29000/metrics
@@ -109,7 +109,7 @@ EXAMPLES = r"""
 
 - name: Put it back
   gateway_worker:
-    url: http://10.20.1.12:8000
+    url: https://10.20.1.12:8000
     state: present
     router_url: http://127.0.0.1:8081
   delegate_to: "{{ item }}"
@@ -135,7 +135,7 @@ workers:
   returned: always
   type: list
   elements: str
-  sample: ["http://10.20.1.11:8000", "http://10.20.1.13:8000"]
+  sample: ["https://10.20.1.11:8000", "https://10.20.1.13:8000"]
 in_flight:
   description: The worker's running requests on the router at the last read of the drain; null when not read.
   returned: always
@@ -431,7 +431,9 @@ def main():
                     status,
                     result["router_answer"] or "(no body)",
                     "make sure the worker is up and its /health answers from this gateway host (the router "
-                    "adds only a healthy worker), then run again"
+                    "adds only a healthy worker; an https worker only with a certificate of the CA the router "
+                    "trusts, its SSL_CERT_FILE: openssl s_client -connect <address>:<port> -CAfile <that file> "
+                    "says why not), then run again"
                     if not absent
                     else "look at the router's log (journalctl -u kunlun-gateway) and run again",
                 ),

@@ -86,6 +86,11 @@ options:
     description: Verify the server certificate of an C(https) URL.
     type: bool
     default: true
+  ca_file:
+    description:
+      - A CA certificate file (PEM) that alone verifies an C(https) server (the fleet CA's, on the controller). Omitted
+        or empty - the system's trust store.
+    type: path
   use_proxy:
     description: Honour C(http_proxy)/C(https_proxy) of the environment.
     type: bool
@@ -101,14 +106,16 @@ author:
 EXAMPLES = r"""
 - name: Record the golden outputs on the baseline host
   golden_outputs:
-    url: "http://{{ baseline_host }}:8000"
+    url: "https://{{ baseline_host }}:8000"
+    ca_file: "{{ kunlun_stack_worker_ca_controller }}"
     api_key: "{{ vault_kunlun_api_key }}"
     model: Qwen3.8-27B-INT8-W8A8-Dynamic
   register: golden_baseline
 
 - name: Compare the canary's with them (the first 16 tokens of every prompt must agree)
   golden_outputs:
-    url: "http://{{ canary_host }}:8000"
+    url: "https://{{ canary_host }}:8000"
+    ca_file: "{{ kunlun_stack_worker_ca_controller }}"
     api_key: "{{ vault_kunlun_api_key }}"
     model: Qwen3.8-27B-INT8-W8A8-Dynamic
     mode: compare
@@ -281,7 +288,7 @@ def run(module, post=None):
             "tolerance.min_agreeing_tokens is %d; it must be between 0 (exact) and max_tokens (%d)" % (k, max_tokens)
         )
 
-    outputs = generate(p, prompts, max_tokens, post)
+    outputs = generate(dict(p, ca_path=p.get("ca_file") or None), prompts, max_tokens, post)
     result.update(prompts=prompts, max_tokens=max_tokens, outputs=outputs, digest=digest(outputs))
     if mode == "record":
         check_record(outputs, max_tokens)
@@ -309,6 +316,7 @@ def main():
             ),
             timeout=dict(type="float", default=120.0),
             validate_certs=dict(type="bool", default=True),
+            ca_file=dict(type="path"),
             use_proxy=dict(type="bool", default=False),
         ),
         supports_check_mode=True,

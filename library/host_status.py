@@ -15,13 +15,16 @@ description:
   - Reads, in one call, what an operator checks every morning on a serving host - the OS
     (C(PRETTY_NAME) of C(/etc/os-release)) and the kernel; the data volume at I(mount_point)
     (source device and filesystem type from C(/proc/self/mountinfo), size and free bytes from
-    statvfs); the driver facts the driver stage leaves in I(facts_file) (driver version, the
-    devices and their state, each card's power cap); the serving unit (its state and since
+    statvfs, and the line of I(fstab) that mounts it, which a volume not mounted names - its
+    device did not appear at boot, a data disk failed or missing); the driver facts the
+    driver stage leaves in I(facts_file) (driver version, the devices and their state, each
+    card's power cap); the serving unit (its state and since
     when, from C(systemctl show)), the image it runs (the running
     container's image, else the image ID the unit pins) against the ID of I(image) (the
     current serving tag), the served model name and port from the unit's C(ExecStart); and the
     requests running and waiting on the local vLLM (C(vllm:num_requests_running),
-    C(vllm:num_requests_waiting) of C(http://127.0.0.1:<port>/metrics), a short timeout).
+    C(vllm:num_requests_waiting) of C(http://127.0.0.1:<port>/metrics), a short timeout; C(https://) verified
+    with I(ca_file) when the unit serves TLS, C(--ssl-certfile)).
   - Every read that fails gives its section an C(error) in words (C(unreadable - <reason>),
     C(no driver facts - ...)) and null values; the module fails only on bad parameters.
   - Reads no secret (never the serving API key file) and changes nothing (C(changed) is always
@@ -31,6 +34,10 @@ options:
     description: The data volume's mount point (C(storage_mount_point)).
     type: path
     default: /home
+  fstab:
+    description: The fstab file whose line for I(mount_point) is reported.
+    type: path
+    default: /etc/fstab
   service:
     description: The serving unit and its container, without C(.service) (C(serve_service_name)).
     type: str
@@ -68,6 +75,11 @@ options:
     description: The URL the gateways list this host under (C(kunlun_stack_worker_urls)); returned as given.
     type: str
     default: ""
+  ca_file:
+    description:
+      - The CA certificate file that alone verifies the local server when its unit serves TLS (the fleet CA's on the
+        host, C(kunlun_stack_worker_ca_host)). Omitted or empty - the host's trust store.
+    type: path
   metrics_timeout:
     description: Seconds the read of the local C(/metrics) may take.
     type: float
@@ -103,11 +115,15 @@ os:
 volume:
   description:
     - What holds I(mount_point) - C(mount_point), C(mounted) (a filesystem is mounted there),
-      C(source), C(fstype), C(size_bytes), C(free_bytes) (available to users), C(free_pct), C(error).
+      C(source), C(fstype), C(size_bytes), C(free_bytes) (available to users), C(free_pct),
+      C(fstab) (the last line of I(fstab) that mounts at I(mount_point), as written; null when none),
+      C(mount_unit) (systemd's unit for the mount point, C(home.mount)), C(error).
   returned: always
   type: dict
   sample: {mount_point: /home, mounted: true, source: /dev/mapper/data-home, fstype: xfs,
-           size_bytes: 15393162788864, free_bytes: 14983105024000, free_pct: 97.3, error: ""}
+           size_bytes: 15393162788864, free_bytes: 14983105024000, free_pct: 97.3,
+           fstab: "UUID=0b9c... /home xfs defaults,nofail,x-systemd.device-timeout=90s 0 0", mount_unit: home.mount,
+           error: ""}
 driver:
   description:
     - From I(facts_file) - C(state) (present, absent, unreadable), C(version), C(pin), C(devices)
@@ -159,6 +175,7 @@ import json
 import os
 import re
 import shlex
+import ssl
 import urllib.request as urllib_request
 
 from ansible.module_utils.basic import AnsibleModule
@@ -167,6 +184,7 @@ from ansible.module_utils.bench_results import parse_prometheus
 # Files read from the host; the readers take them as arguments (tests point them at fixtures).
 OS_RELEASE = "/etc/os-release"
 MOUNTINFO = "/proc/self/mountinfo"
+FSTAB = "/etc/fstab"
 UPTIME = "/proc/uptime"
 UNIT_DIR = "/etc/systemd/system"
 
@@ -258,7 +276,36 @@ def parse_mountinfo(text, mount_point):
     return top
 
 
-def read_volume(mount_point, mountinfo=MOUNTINFO, statvfs=os.statvfs):
+def fstab_line(text, mount_point):
+    """The last line of fstab text that mounts at mount_point (mount -a takes them in order), as written; or None."""
+    want = os.path.normpath(mount_point)
+    found = None
+    for line in text.splitlines():
+        fields = line.split()
+        if not fields or fields[0].startswith("#") or len(fields) < 2:
+            continue
+        if os.path.normpath(_unescape_mount(fields[1])) == want:
+            found = " ".join(fields)
+    return found
+
+
+def mount_unit_name(mount_point):
+    """systemd's mount unit for a path (systemd-escape --path --suffix=mount): /home -> home.mount."""
+    path = os.path.normpath(mount_point).strip("/")
+    if not path:
+        return "-.mount"
+    out = []
+    for i, char in enumerate(path):
+        if char == "/":
+            out.append("-")
+        elif char.isalnum() and ord(char) < 128 or char in "_:" or (char == "." and i > 0):
+            out.append(char)
+        else:
+            out.append("".join("\\x%02x" % b for b in char.encode("utf-8")))
+    return "".join(out) + ".mount"
+
+
+def read_volume(mount_point, mountinfo=MOUNTINFO, statvfs=os.statvfs, fstab=FSTAB):
     found = {
         "mount_point": mount_point,
         "mounted": False,
@@ -267,8 +314,15 @@ def read_volume(mount_point, mountinfo=MOUNTINFO, statvfs=os.statvfs):
         "size_bytes": None,
         "free_bytes": None,
         "free_pct": None,
+        "fstab": None,
+        "mount_unit": mount_unit_name(mount_point),
         "error": "",
     }
+    try:
+        with open(fstab) as fh:
+            found["fstab"] = fstab_line(fh.read(), mount_point)
+    except (IOError, OSError):
+        pass
     try:
         with open(mountinfo) as fh:
             top = parse_mountinfo(fh.read(), mount_point)
@@ -285,7 +339,17 @@ def read_volume(mount_point, mountinfo=MOUNTINFO, statvfs=os.statvfs):
     free = st.f_bavail * st.f_frsize
     found.update(size_bytes=size, free_bytes=free, free_pct=round(100.0 * free / size, 1) if size else None)
     if not found["mounted"] and not found["error"]:
-        found["error"] = "nothing mounted at %s (it is on the filesystem below it)" % mount_point
+        if found["fstab"]:
+            # Mounted at boot or never: its device did not appear (nofail let the boot go on).
+            found["error"] = (
+                "nothing mounted at %s: fstab mounts it (%s) but it is not mounted; its device did not appear at boot "
+                "(a data disk failed or missing?): check pvs, lvs -a -o +devices and journalctl -b -u %s"
+                % (mount_point, found["fstab"], found["mount_unit"])
+            )
+        else:
+            found["error"] = "nothing mounted at %s and no fstab line for it (it is on the filesystem below it)" % (
+                mount_point
+            )
     return found
 
 
@@ -352,16 +416,18 @@ def read_driver(path, expected=None, full_power=None):
 
 # ---------------------------------------------------------------- the serving unit
 def unit_exec_start(text):
-    """The ExecStart command line of a systemd unit as argv ([] when there is none)."""
+    """The ExecStart command line of a systemd unit as argv ([] when there is none): its
+    quotes as systemd reads them, %% and $$ (the unit's literal % and $) as one character."""
     joined = re.sub(r"\\\n", " ", text)
     for line in joined.splitlines():
         line = line.strip()
         if line.startswith("ExecStart="):
             value = line[len("ExecStart=") :].lstrip("-@+!:")
             try:
-                return shlex.split(value)
+                words = shlex.split(value)
             except ValueError:
-                return value.split()
+                words = value.split()
+            return [re.sub(r"([%$])\1", r"\1", word) for word in words]
     return []
 
 
@@ -390,8 +456,9 @@ def flag_value(args, name):
 
 
 def read_unit(path):
-    """{image, model, port, error} from the serving unit's ExecStart."""
-    found = {"image": None, "model": None, "port": None, "error": ""}
+    """{image, model, port, tls, error} from the serving unit's ExecStart (tls: it names a
+    certificate, vllm's --ssl-certfile)."""
+    found = {"image": None, "model": None, "port": None, "tls": False, "error": ""}
     if not os.path.lexists(path):
         found["error"] = "no unit %s (the serve stage has not run here)" % path
         return found
@@ -409,6 +476,7 @@ def read_unit(path):
         image=run["image"],
         model=flag_value(run["args"], "--served-model-name"),
         port=_int(flag_value(run["args"], "--port")),
+        tls=bool(flag_value(run["args"], "--ssl-certfile")),
     )
     return found
 
@@ -601,12 +669,17 @@ def parse_metrics(text):
     return total("running"), total("waiting")
 
 
-def read_requests(port, timeout, opener=None):
-    """{requests_running, requests_waiting, error} from http://127.0.0.1:<port>/metrics."""
+def read_requests(port, timeout, opener=None, tls=False, ca_file=None):
+    """{requests_running, requests_waiting, error} from http://127.0.0.1:<port>/metrics, or
+    https:// verified with ca_file alone when the server serves TLS."""
     found = {"requests_running": None, "requests_waiting": None, "error": ""}
     # No proxy for loopback, whatever the environment says.
-    opener = opener or urllib_request.build_opener(urllib_request.ProxyHandler({}))
-    url = "http://127.0.0.1:%d/metrics" % port
+    if opener is None:
+        handlers = [urllib_request.ProxyHandler({})]
+        if tls:
+            handlers.append(urllib_request.HTTPSHandler(context=ssl.create_default_context(cafile=ca_file or None)))
+        opener = urllib_request.build_opener(*handlers)
+    url = "%s://127.0.0.1:%d/metrics" % ("https" if tls else "http", port)
     try:
         resp = opener.open(url, timeout=timeout)
         try:
@@ -653,6 +726,7 @@ def read(module, p, os_release=OS_RELEASE, mountinfo=MOUNTINFO, uptime=UPTIME):
             },
             p["mount_point"],
             mountinfo,
+            fstab=p["fstab"],
         ),
         "driver": _guard(
             read_driver,
@@ -677,7 +751,7 @@ def read(module, p, os_release=OS_RELEASE, mountinfo=MOUNTINFO, uptime=UPTIME):
             uptime,
         ),
     }
-    unit = _guard(read_unit, {"image": None, "model": None, "port": None}, unit_file)
+    unit = _guard(read_unit, {"image": None, "model": None, "port": None, "tls": False}, unit_file)
     out["image"] = _guard(
         read_image,
         {"ref": p["image"], "state": "unknown"},
@@ -701,7 +775,7 @@ def read(module, p, os_release=OS_RELEASE, mountinfo=MOUNTINFO, uptime=UPTIME):
     }
     active = out["service"].get("active")
     if active == "active":
-        got = _guard(read_requests, {}, port, p["metrics_timeout"])
+        got = _guard(read_requests, {}, port, p["metrics_timeout"], tls=unit["tls"], ca_file=p.get("ca_file"))
         serving.update(requests_running=got.get("requests_running"), requests_waiting=got.get("requests_waiting"))
         serving["error"] = "; ".join(e for e in (serving["error"], got.get("error")) if e)
     else:
@@ -736,6 +810,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             mount_point=dict(type="path", default="/home"),
+            fstab=dict(type="path", default=FSTAB),
             service=dict(type="str", default="kunlun-serve"),
             unit_file=dict(type="path"),
             config_dir=dict(type="path", default="/etc/kunlun-serve"),
@@ -746,6 +821,7 @@ def main():
             full_power_cap_w=dict(type="int"),
             port=dict(type="int", default=8000),
             worker_url=dict(type="str", default=""),
+            ca_file=dict(type="path"),
             metrics_timeout=dict(type="float", default=3.0),
             command_timeout=dict(type="int", default=10),
         ),

@@ -32,9 +32,15 @@ options:
     choices: [plan, gate]
     required: true
   workers:
-    description: Every serving host of the fleet and its server's base URL (C(http://address:port)).
+    description: Every serving host of the fleet and its server's base URL (C(https://address:port)).
     type: dict
     required: true
+  ca_cert:
+    description:
+      - The CA certificate (PEM text, not a file) that alone verifies the C(https) workers - the fleet CA's, read on the
+        controller, so that it needs no file on the host the module runs on. Empty - the system's trust store.
+    type: str
+    default: ""
   hosts:
     description: C(plan) - the hosts that need a restart, in rollout order; C(gate) - the batch.
     type: list
@@ -79,7 +85,7 @@ EXAMPLES = r"""
 - name: The batches for the hosts that need a restart
   serve_rollout:
     mode: plan
-    workers: {kf-node-1: "http://172.31.250.11:8000", kf-node-2: "http://172.31.250.12:8000"}
+    workers: {kf-node-1: "https://172.31.250.11:8000", kf-node-2: "https://172.31.250.12:8000"}
     hosts: [kf-node-2]
     max_unavailable: "10%"
     curve: >-
@@ -90,7 +96,7 @@ EXAMPLES = r"""
 - name: Before a batch, the rest of the fleet can carry the load
   serve_rollout:
     mode: gate
-    workers: {kf-node-1: "http://172.31.250.11:8000", kf-node-2: "http://172.31.250.12:8000"}
+    workers: {kf-node-1: "https://172.31.250.11:8000", kf-node-2: "https://172.31.250.12:8000"}
     hosts: "{{ ansible_play_batch }}"
     curve: []
     timeout: 600
@@ -144,22 +150,26 @@ msg:
   type: str
 """
 
+import ssl
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.urls import open_url
+from ansible.module_utils.urls import Request
 from ansible.module_utils.rollout_capacity import assess, describe, host_capacity, in_flight, plan
 
 
-def read_loads(workers, request_timeout):
+def read_loads(workers, request_timeout, ca_cert=""):
     """{host: in flight} for the hosts that answer, [hosts that did not]."""
+    context = ssl.create_default_context(cadata=ca_cert) if ca_cert else None
 
     def one(item):
         host, url = item
         try:
             # As a plain urlopen: environment proxies, no credentials from ~/.netrc.
-            with open_url(url.rstrip("/") + "/metrics", timeout=request_timeout, use_netrc=False) as resp:
+            with Request().open(
+                "GET", url.rstrip("/") + "/metrics", timeout=request_timeout, use_netrc=False, context=context
+            ) as resp:
                 return host, in_flight(resp.read().decode("utf-8", "replace"))
         except Exception:  # noqa: BLE001 - any failure means: not serving now
             return host, None
@@ -186,6 +196,7 @@ def main():
             timeout=dict(type="int", default=600),
             interval=dict(type="float", default=10.0),
             request_timeout=dict(type="float", default=5.0),
+            ca_cert=dict(type="str", default=""),
         ),
         supports_check_mode=True,
     )
@@ -197,7 +208,7 @@ def main():
     except (KeyError, TypeError, ValueError) as exc:
         module.fail_json(msg="curve: each point needs concurrency, output_tok_s and ttft_p99_s (%s)" % exc)
 
-    loads, not_answering = read_loads(workers, p["request_timeout"])
+    loads, not_answering = read_loads(workers, p["request_timeout"], p["ca_cert"])
     out = dict(changed=False, capacity=capacity, not_answering=not_answering, waited=0.0)
 
     if p["mode"] == "plan":
@@ -273,7 +284,7 @@ def main():
                 describe(verdict, batch, capacity, note, "waiting up to %d s for the load to fit" % p["timeout"])
             )
         time.sleep(min(p["interval"], max(0.0, p["timeout"] - waited)) or 0.1)
-        loads, not_answering = read_loads(workers, p["request_timeout"])
+        loads, not_answering = read_loads(workers, p["request_timeout"], p["ca_cert"])
 
 
 if __name__ == "__main__":

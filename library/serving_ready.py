@@ -96,6 +96,11 @@ options:
     description: Verify the server certificate of an C(https) URL.
     type: bool
     default: true
+  ca_file:
+    description:
+      - A CA certificate file (PEM) that alone verifies an C(https) server (the fleet CA's, on a serving host). Omitted
+        or empty - the system's trust store.
+    type: path
   use_proxy:
     description: Honour C(http_proxy)/C(https_proxy) of the environment. Off by default - the check is
       normally made on the serving host against itself, and a proxy would answer for a server that is down.
@@ -110,7 +115,8 @@ author:
 EXAMPLES = r"""
 - name: Wait for the model and a real completion (15 minutes at most)
   serving_ready:
-    url: "http://127.0.0.1:{{ kunlun_stack_serving_effective.port }}"
+    url: "https://127.0.0.1:{{ kunlun_stack_serving_effective.port }}"
+    ca_file: /etc/kunlun-fleet/ca.crt
     served_model_name: "{{ serve_served_model_name }}"
     api_key: "{{ serve_api_key }}"
     failed_command: systemctl is-failed --quiet kunlun-serve.service
@@ -205,7 +211,7 @@ class Refused(Exception):
 class Client(object):
     """The few HTTP calls the check needs, with the key in a header and nowhere else."""
 
-    def __init__(self, url, api_key, request_timeout, validate_certs=True, use_proxy=False):
+    def __init__(self, url, api_key, request_timeout, validate_certs=True, use_proxy=False, ca_file=None):
         self.base = url.rstrip("/")
         if self.base.endswith("/v1"):
             self.base = self.base[:-3]
@@ -215,7 +221,7 @@ class Client(object):
         if not use_proxy:
             handlers.append(urllib_request.ProxyHandler({}))
         if self.base.startswith("https:"):
-            context = ssl.create_default_context()
+            context = ssl.create_default_context(cafile=ca_file or None)
             if not validate_certs:
                 context.check_hostname = False
                 context.verify_mode = ssl.CERT_NONE
@@ -429,7 +435,12 @@ def _tail_file(path, lines):
 def wait_ready(module, params, clock=time.monotonic, sleep=time.sleep):
     """Run the check; returns the result dict, or raises Refused with result attached."""
     client = Client(
-        params["url"], params["api_key"], params["request_timeout"], params["validate_certs"], params["use_proxy"]
+        params["url"],
+        params["api_key"],
+        params["request_timeout"],
+        params["validate_certs"],
+        params["use_proxy"],
+        params.get("ca_file"),
     )
     name = params["served_model_name"]
     result = dict(
@@ -552,6 +563,7 @@ def main():
             log_lines=dict(type="int", default=50),
             text_chars=dict(type="int", default=200),
             validate_certs=dict(type="bool", default=True),
+            ca_file=dict(type="path"),
             use_proxy=dict(type="bool", default=False),
         ),
         supports_check_mode=True,

@@ -98,7 +98,7 @@ def check_stack(name, stacks, site_stacks=None):
             Problem(
                 "stack %s" % name,
                 "no such stack (known: %s)" % ", ".join(sorted(catalog)),
-                "set kunlun_stack_stack to one of them, or define it in kunlun_stack_site_stacks (docs/stacks.md)",
+                "set kunlun_stack_stack to one of them, or define it in kunlun_stack_site_stacks (docs/upgrades.md)",
             )
         )
         return problems, warnings
@@ -117,7 +117,7 @@ def check_stack(name, stacks, site_stacks=None):
             Problem(
                 "stack %s" % name,
                 "it has no %s" % ", ".join(missing),
-                "give the stack every part (docs/stacks.md: a stack is a complete combination)",
+                "give the stack every part (docs/upgrades.md: a stack is a complete combination)",
             )
         )
     status = entry.get("status")

@@ -4,7 +4,7 @@
     KEY=... scripts/bench_gateway.py --target router=http://127.0.0.1:8080 \\
         --target direct=http://127.0.0.1:18001 --target haproxy=http://127.0.0.1:18090 \\
         [--requests 200] [--concurrency 32] [--max-tokens 64] [--stream] [--key-env KEY] \\
-        [--shared-prefix WORDS]
+        [--shared-prefix WORDS] [--ca-file /etc/kunlun-fleet/ca.crt]
 
 Standard library only, so it runs on a gateway host with the host's python3 (where the
 workers may listen on 127.0.0.1 only). For each target, in turn and with the same
@@ -12,27 +12,33 @@ workload: completions with distinct prompts (after a system prompt of WORDS word
 every request with --shared-prefix: where a prefix cache pays, and where cache_aware
 routing keeps requests together), `--concurrency` at a time, then requests/s,
 output tok/s, p50/p99 latency (and time to first token with --stream), failures.
-The API key is read from the environment variable named by --key-env (never argv)."""
+The API key is read from the environment variable named by --key-env (never argv). An
+https target (a worker, which serves TLS with a certificate of the fleet CA) is verified
+with --ca-file besides the system's store."""
 import argparse
 import concurrent.futures
 import json
 import os
 import random
+import ssl
 import statistics
 import time
 import urllib.error
 import urllib.request
 
 
+TLS = ssl.create_default_context()  # --ca-file is loaded into it
+
+
 def post(base, key, body, timeout):
     req = urllib.request.Request(base + "/v1/completions", data=json.dumps(body).encode(), method="POST",
                                  headers={"Content-Type": "application/json", "Authorization": "Bearer " + key})
-    return urllib.request.urlopen(req, timeout=timeout)
+    return urllib.request.urlopen(req, timeout=timeout, context=TLS)
 
 
 def model_of(base, key):
     req = urllib.request.Request(base + "/v1/models", headers={"Authorization": "Bearer " + key})
-    with urllib.request.urlopen(req, timeout=30) as resp:
+    with urllib.request.urlopen(req, timeout=30, context=TLS) as resp:
         return json.load(resp)["data"][0]["id"]
 
 
@@ -102,7 +108,10 @@ def main():
     ap.add_argument("--key-env", default="KEY")
     ap.add_argument("--shared-prefix", type=int, default=0, metavar="WORDS",
                     help="a system prompt of WORDS words common to every request")
+    ap.add_argument("--ca-file", default="", help="a CA certificate that verifies https targets (the fleet CA's)")
     args = ap.parse_args()
+    if args.ca_file:
+        TLS.load_verify_locations(cafile=args.ca_file)
     SHARED[:] = ["policy%d" % (n % 97) for n in range(args.shared_prefix)]
     key = os.environ.get(args.key_env, "")
     targets = [t.split("=", 1) for t in args.target]

@@ -124,7 +124,7 @@ PHASES = [
         # Then `kunlun-fleet status` on the same served fleet: all healthy and nothing changed;
         # a support bundle of one host, the key nowhere in it.
         # And the endpoint as another host sees it: the admin API and /metrics refused, the
-        # API behind the key, a stream in many chunks.
+        # API behind the key, a stream in many chunks. And the port audit of the fleet.
         Suite(
             "bench-sim",
             "fleet",
@@ -134,6 +134,10 @@ PHASES = [
                 "tests/status/test_collect_sim.py",
                 "tests/status/test_support_bundle_sim.py",
                 "tests/gateway/test_endpoint_from_a_peer_sim.py",
+                # The port audit: every listener of the served fleet against docs/security.md,
+                # probed from the controller, a worker, the gateway and an outsider (no bench
+                # admission active: the bench above has taken it out).
+                "tests/security/test_port_audit_sim.py",
             ],
             timeout=900,
         ),
@@ -189,7 +193,8 @@ PHASES = [
 # scratch lane resets its host first.
 SCRATCH = [
     # kf-node-4: storage and its fault suites (bad input, carry-over under SIGKILL, check
-    # mode, a delivered /home adopted or refused).
+    # mode, a delivered /home adopted or refused, a host taken through serve and booted
+    # without its data disk: the one test that converges a scratch host that far).
     Suite("molecule-storage", "scratch-4", [scenario("storage")], after="sim-kit", env=scratch(4)),
     Suite("storage-faults", "scratch-4", ["tests/storage"], timeout=2400, env=scratch(4)),
     # kf-node-5: the driver, the engine (Docker's apt repository, daemon.json that cannot be
@@ -200,6 +205,9 @@ SCRATCH = [
     Suite("engine-sources", "scratch-5", ["tests/engine"], env=scratch(5)),
     Suite("serve-bad-input", "scratch-5", ["tests/serving/test_serve_bad_input_sim.py"], env=scratch(5)),
     Suite("molecule-ca_trust", "scratch-5", [scenario("ca_trust")], env=scratch(5)),
+    # The host firewall on a fresh host: probes from the controller and an outsider, the
+    # measurement admission, the rollback of rules that cut SSH, a refused controller, the switch.
+    Suite("molecule-firewall", "scratch-5", [scenario("firewall")], env=scratch(5)),
     # kf-node-6: preflight's scenario and host checks, the LVM kit below the product
     # (lvg/lvol/filesystem/mount, lvextend, faults, lvs reports), the model role on a
     # fresh host.
@@ -556,17 +564,15 @@ BACKGROUND_CGROUP = "kunlun-fleet-tests-background"
 BACKGROUND_CPU_SHARES = 384
 
 
-def background_cgroup(root="/sys/fs/cgroup/cpu"):
-    """The cgroup.procs file of the background lanes' CPU group (cgroup v1's cpu controller,
-    made once), or None where this machine has none to write (then only nice applies)."""
-    group = os.path.join(root, BACKGROUND_CGROUP)
-    try:
-        os.makedirs(group, exist_ok=True)
-        with open(os.path.join(group, "cpu.shares"), "w") as fh:
-            fh.write(str(BACKGROUND_CPU_SHARES))
-    except OSError:
-        return None
-    return os.path.join(group, "cgroup.procs")
+def background_cgroup(root=None):
+    """The cgroup.procs file of the background lanes' CPU group (made once, on cgroup v1 or
+    v2: kunlun_fleet/sim/cpu_groups.py), or None where this machine has none to write (then
+    only nice applies)."""
+    sys.path.insert(0, str(ROOT))
+    from kunlun_fleet.sim import cpu_groups
+
+    made = cpu_groups.make(BACKGROUND_CGROUP, BACKGROUND_CPU_SHARES, root or cpu_groups.ROOT)
+    return made[1] if made else None
 
 
 def _join(procs):

@@ -57,7 +57,7 @@ from kunlun_fleet.runner.exit_codes import (
 )
 from kunlun_fleet.runner.checkout import ROOT, ansible_env, root
 from kunlun_fleet.runner.stages import playbook_plays, select_stages, site_stages, write_selection
-from kunlun_fleet.runner.vaulted import vault_secrets
+from kunlun_fleet.runner.vaulted import vault_secrets, vault_sources
 from kunlun_fleet.runner.masking import ANSI, BEARER, MASK, Masker
 from kunlun_fleet.runner.tracking import COUNTS, STATS_KEYS, Tracker
 from kunlun_fleet.runner.json_events import json_line
@@ -118,5 +118,6 @@ __all__ = [
     "stack_info",
     "summary_markdown",
     "vault_secrets",
+    "vault_sources",
     "write_selection",
 ]

@@ -16,10 +16,13 @@ def root():
 
 def ansible_env(inventory=None, base=None, env=None):
     """The environment of every ansible command: the checkout's ansible.cfg and, when the
-    inventory is a directory with a vault password file, that file (the fleet's API key)."""
+    inventory is a directory with a vault password file, that file (the fleet's API key); for
+    an inventory file, the password file beside it (where its group_vars are)."""
     from kunlun_fleet import vault
 
     env = dict(os.environ if env is None else env, ANSIBLE_CONFIG=str(Path(base or root()) / "ansible.cfg"))
+    if inventory and os.path.isfile(inventory):
+        inventory = os.path.dirname(os.path.abspath(inventory))
     return vault.vault_env(inventory, env) if inventory and os.path.isdir(inventory) else env
 
 

@@ -20,7 +20,7 @@ from kunlun_fleet.runner.report import build_summary, closing_lines, stack_info,
 from kunlun_fleet.runner.run_dirs import new_run_dir
 from kunlun_fleet.runner.stages import playbook_plays, write_selection
 from kunlun_fleet.runner.tracking import Tracker
-from kunlun_fleet.runner.vaulted import vault_secrets
+from kunlun_fleet.runner.vaulted import vault_secrets, vault_sources
 
 # Seconds ansible-playbook gets to stop after Ctrl-C before it is cancelled (killed).
 CANCEL_GRACE = 10
@@ -179,7 +179,7 @@ class Run:
             passwords = self.passwords()
             vault_password = next((v for k, v in passwords.items() if k.startswith("^Vault")), None)
             self.masker = self.tracker.masker = Masker(
-                vault_secrets(self.inventory, self.password_file(), vault_password)
+                vault_secrets(self.inventory, self.password_file(), vault_password, vault_sources(self.args))
             )
             status, rc = self._run(playbook, passwords)
         except KeyboardInterrupt:

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import yaml
 
-from . import engine, image, loopdev
+from . import cpu_groups, engine, image, loopdev
 from .config import (
     BUNDLE_DIR,
     CONTAINER_PREFIX,
@@ -264,7 +264,7 @@ def remove_container(index):
 
 
 # The hosts of a fleet beside the shared one (the test runner's scratch and large lanes) run
-# in a CPU group of their own beside docker's (cgroup v1, the engine's cgroupfs driver:
+# in a CPU group of their own beside docker's (cgroup v1 or v2, the engine's cgroupfs driver:
 # `docker create --cgroup-parent`), at an eighth of its weight: on a busy machine the
 # shared fleet's hosts, whose suites make a test run's critical path, get the cores first;
 # idle cores still go to whoever wants them. Inside docker's own group, a low --cpu-shares
@@ -272,21 +272,14 @@ def remove_container(index):
 # whole of docker's weight, as much as the critical path's controller.
 BESIDE_CGROUP = "/kunlun-sim-beside"
 BESIDE_CPU_SHARES = 128
-CPU_CGROUP_ROOT = "/sys/fs/cgroup/cpu"
 
 
-def beside_cgroup(root=CPU_CGROUP_ROOT):
+def beside_cgroup(root=cpu_groups.ROOT):
     """The cgroup parent for a beside fleet's hosts, made with its CPU weight, or None where
-    this machine has no cgroup v1 cpu controller to write (the hosts then get the weight as
-    their own --cpu-shares inside docker's group)."""
-    group = os.path.join(root, BESIDE_CGROUP.lstrip("/"))
-    try:
-        os.makedirs(group, exist_ok=True)
-        with open(os.path.join(group, "cpu.shares"), "w") as fh:
-            fh.write(str(BESIDE_CPU_SHARES))
-    except OSError:
-        return None
-    return BESIDE_CGROUP
+    this machine has no CPU hierarchy to write (the hosts then get the weight as their own
+    --cpu-shares inside docker's group)."""
+    made = cpu_groups.make(BESIDE_CGROUP.lstrip("/"), BESIDE_CPU_SHARES, root)
+    return made[0] if made else None
 
 
 def create_host(index, tag, faults, pubkey, fleet=""):
@@ -737,8 +730,17 @@ def write_inventory(indexes, keys, inventory=INVENTORY_DIR):
     _atomic_write(
         os.path.join(inventory, "group_vars", "all", "machine.yml"),
         GENERATED + "# This machine's extra CA certificates (its egress proxy's), trusted on\n"
-        "# the sim hosts the way the product trusts any extra CA (ca_trust_ role).\n---\n"
-        + _yaml({"ca_trust_certificates": cas}),
+        "# the sim hosts the way the product trusts any extra CA (ca_trust_ role), and\n"
+        "# its address on the sim network, the bridge's, from which it runs kunlun-fleet:\n"
+        "# the controller's address of the host firewall (roles/firewall).\n---\n"
+        + _yaml({"ca_trust_certificates": cas, "firewall_admin_sources": [GATEWAY + "/32"]}),
+    )
+    _atomic_write(
+        os.path.join(inventory, "group_vars", "all", "pki.yml"),
+        GENERATED + "# This inventory's fleet CA, by its absolute path: molecule's scenarios read the\n"
+        "# inventory through links from a directory of their own, and must use the CA site.yml's\n"
+        "# runs use (the hosts' certificates and their clients' trust come from it).\n---\n"
+        + _yaml({"kunlun_stack_fleet_pki_dir": os.path.join(os.path.abspath(inventory), ".image-registry-pki")}),
     )
     # The fleet's API key, made once and kept (ansible-vault) across sim-up runs.
     from kunlun_fleet import vault
@@ -753,6 +755,7 @@ def remove_inventory(inventory=INVENTORY_DIR):
         "known_hosts",
         "group_vars/all/connection.yml",
         "group_vars/all/machine.yml",
+        "group_vars/all/pki.yml",
     ):
         path = os.path.join(inventory, rel)
         if os.path.exists(path):

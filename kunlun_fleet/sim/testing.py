@@ -11,10 +11,13 @@ shared fleet's: KF_SIM_INVENTORY names that host's own inventory (a one-host fle
 KF_LANE_HOST the host (kf-node-N). A suite written for "its host" asks ``lane_host(N)``:
 the scratch host when it has one, else kf-node-N of the shared fleet."""
 
+import contextlib
 import os
 import re
+import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -128,6 +131,58 @@ def ssh(host_index, command, check=True, timeout=120):
     return proc
 
 
+@contextlib.contextmanager
+def tunnel(host_index, remote_port, remote_host="127.0.0.1", timeout=60):
+    """An SSH tunnel from this machine to a port a sim host serves on its own loopback,
+    the way an operator reaches Prometheus (docs/monitoring.md, "Reaching Prometheus"):
+    `ssh -N -L 127.0.0.1:LOCAL:remote_host:remote_port`, host key checked. Yields LOCAL
+    once it accepts connections; the tunnel ends with the block."""
+    from . import fleet
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        local = probe.getsockname()[1]
+    argv = fleet.ssh_cmd(host_index)
+    forward = "127.0.0.1:%d:%s:%d" % (local, remote_host, remote_port)
+    argv = argv[:1] + ["-N", "-o", "ExitOnForwardFailure=yes", "-L", forward] + argv[1:]
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError("ssh -L %s to kf-node-%d ended: %s" % (forward, host_index, proc.stderr.read()))
+            try:
+                socket.create_connection(("127.0.0.1", local), timeout=2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise AssertionError("ssh -L %s to kf-node-%d never listened" % (forward, host_index)) from None
+                time.sleep(0.2)
+        yield local
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+
+
+@contextlib.contextmanager
+def admitted(*host_indexes):
+    """This machine (the controller) admitted to vLLM's port of these sim hosts for the block,
+    then taken out, the way the product admits it while it measures a host directly
+    (roles/firewall, entry point admit, through tests/sim/playbooks/admit.yml): the host
+    firewall opens that port to the gateways and the monitoring hosts only."""
+    hosts = ",".join(config.host_name(i) for i in host_indexes)
+    playbook("admit.yml", "-e", "admit_hosts=%s" % hosts, "-e", "admit_state=present")
+    try:
+        yield
+    finally:
+        playbook("admit.yml", "-e", "admit_hosts=%s" % hosts, "-e", "admit_state=absent")
+
+
 def refuse_port(host_index, port, on, chain="INPUT", silent=False):
     """A dead link for one TCP port of a sim host, open connections included: a REJECT
     (tcp-reset) rule inside the host, or with silent a DROP (no answer at all: a network
@@ -227,3 +282,32 @@ def router_venv(venv):
         check=True,
     )  # fmt: skip
     return os.path.join(str(venv), "bin", "vllm-router")
+
+
+# The workers serve TLS with certificates of the inventory's fleet CA (docs/gateway.md,
+# "Workers over TLS"): its certificate on the controller (kunlun_stack_fleet_pki_dir, which
+# sim-up's group_vars/all/pki.yml names) and on every host (kunlun_stack_fleet_ca_host_path).
+FLEET_CA = os.path.join(INVENTORY, ".image-registry-pki", "ca.crt")
+HOST_CA = "/etc/kunlun-fleet/ca.crt"
+SERVING_PORT = 8000
+
+
+def worker_url(host_index, port=SERVING_PORT):
+    """A serving host's vllm as the gateways list it: https://<address>:<port>."""
+    return "https://%s:%d" % (config.host_address(host_index), port)
+
+
+def worker_open(url, data=None, headers=None, timeout=10):
+    """urllib's urlopen for a worker: no proxy, its certificate verified with FLEET_CA alone."""
+    import ssl
+    import urllib.request
+
+    context = ssl.create_default_context(cafile=FLEET_CA)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context))
+    return opener.open(urllib.request.Request(url, data=data, headers=headers or {}), timeout=timeout)
+
+
+def host_curl(path="/health", port=SERVING_PORT):
+    """The curl a sim host runs to ask its own vllm (over TLS, verified with the host's copy
+    of the fleet CA's certificate): `host_curl('/health')` in an ssh command."""
+    return "curl --cacert %s https://127.0.0.1:%d%s" % (HOST_CA, port, path)

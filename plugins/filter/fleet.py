@@ -3,9 +3,12 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The effective configuration's calculations (roles/kunlun_stack/vars/main.yml): where each
 host is reached, its worker URL, the fleet endpoint's URL, the merged serving environment,
-the bundle's files by pin key. Documentation: the .yml file of each filter beside this one."""
+the bundle's files by pin key, the names a certificate of the fleet CA carries.
+Documentation: the .yml file of each filter beside this one."""
 
 from __future__ import absolute_import, division, print_function
+
+import ipaddress
 
 __metaclass__ = type
 
@@ -33,9 +36,30 @@ def fleet_serving_addresses(hosts, hostvars):
     return addresses
 
 
-def fleet_worker_urls(addresses, port):
-    """{host: http://<address>:<port>} for every host of `addresses`."""
-    return dict((host, "http://%s:%s" % (address, port)) for host, address in addresses.items())
+def fleet_worker_urls(addresses, port, scheme="http"):
+    """{host: <scheme>://<address>:<port>} for every host of `addresses`."""
+    if scheme not in ("http", "https"):
+        raise ValueError("fleet_worker_urls: the scheme is %r; it must be http or https" % (scheme,))
+    return dict((host, "%s://%s:%s" % (scheme, address, port)) for host, address in addresses.items())
+
+
+def fleet_cert_sans(addresses):
+    """The subjectAltName entries of a certificate for `addresses` (one address or a list):
+    IP:<address> for an IPv4 or IPv6 address, DNS:<name> otherwise, in order, each once."""
+    if isinstance(addresses, str):
+        addresses = [addresses]
+    sans = []
+    for address in addresses:
+        address = str(address).strip()
+        if not address:
+            raise ValueError("fleet_cert_sans: an empty address; every address must be an IP address or a DNS name")
+        try:
+            san = "IP:%s" % ipaddress.ip_address(address.strip("[]"))
+        except ValueError:
+            san = "DNS:%s" % address
+        if san not in sans:
+            sans.append(san)
+    return sans
 
 
 def fleet_endpoint_url(gateway_hosts, addresses, port, scheme="http"):
@@ -67,6 +91,7 @@ class FilterModule:
         return {
             "fleet_serving_addresses": fleet_serving_addresses,
             "fleet_worker_urls": fleet_worker_urls,
+            "fleet_cert_sans": fleet_cert_sans,
             "fleet_endpoint_url": fleet_endpoint_url,
             "fleet_env_merge": fleet_env_merge,
             "fleet_bundle_files": fleet_bundle_files,

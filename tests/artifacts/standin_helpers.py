@@ -185,10 +185,86 @@ def run_server_once(args, env, timeout=30, python=None):
     )
 
 
+def make_ca(directory: Path, name="kf test CA"):
+    """A self-signed CA in `directory` (ca.crt, and its key kept in memory): the tests' stand-in
+    for the fleet CA (roles/kunlun_stack/tasks/fleet_ca.yml; ECDSA P-384 as there)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    directory.mkdir(parents=True, exist_ok=True)
+    key = ec.generate_private_key(ec.SECP384R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    (directory / "ca.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return {"cert": cert, "key": key, "file": directory / "ca.crt"}
+
+
+def issue_cert(ca, directory: Path, stem="server", names=("127.0.0.1", "localhost"), client=False):
+    """A server key (0600) and certificate from `ca` (make_ca's) for `names` (IP addresses and
+    DNS names), as the fleet CA issues a serving host's (roles/serve/tasks/tls.yml): (key, cert).
+    With client, a client certificate instead (extended key usage clientAuth)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    def san(name):
+        try:
+            return x509.IPAddress(ipaddress.ip_address(name))
+        except ValueError:
+            return x509.DNSName(name)
+
+    directory.mkdir(parents=True, exist_ok=True)
+    key = ec.generate_private_key(ec.SECP384R1())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])]))
+        .issuer_name(ca["cert"].subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([san(n) for n in names]), critical=False)
+        .add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH]),
+            critical=False,
+        )
+        .sign(ca["key"], hashes.SHA256())
+    )
+    key_file, cert_file = directory / (stem + ".key"), directory / (stem + ".crt")
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    key_file.chmod(0o600)
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return key_file, cert_file
+
+
 class Server:
-    def __init__(self, args, env, log_path: Path, python=None, port=None):
+    def __init__(self, args, env, log_path: Path, python=None, port=None, ca_file=None):
         # port: a restart of a server at the address it had (a worker the gateway knows).
+        # ca_file: the server serves TLS (its args name a key and a certificate) from that CA.
         self.port = port or free_port()
+        self.ca_file = ca_file
         self.log_path = log_path
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(
@@ -206,21 +282,23 @@ class Server:
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )
-        self.base = f"http://127.0.0.1:{self.port}"
+        self.base = f"{'https' if ca_file else 'http'}://127.0.0.1:{self.port}"
 
     def output(self) -> str:
         self.log.flush()
         return self.log_path.read_text()
 
     def wait_ready(self, budget=30.0):
+        import ssl
         import urllib.request
 
+        context = ssl.create_default_context(cafile=self.ca_file) if self.ca_file else None
         deadline = time.monotonic() + budget
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(f"server exited {self.proc.returncode}:\n{self.output()}")
             try:
-                with urllib.request.urlopen(self.base + "/health", timeout=2) as r:
+                with urllib.request.urlopen(self.base + "/health", timeout=2, context=context) as r:
                     if r.status == 200:
                         return
             except OSError:

@@ -234,6 +234,74 @@ def test_does_not_listen_while_loading(tmp_path, pins, model_dir, dev8):
         srv.stop()
 
 
+# ----------------------------------------------------------------------------- TLS
+# What both servers do with the serve role's flags (TLS 1.2/1.3, plain HTTP closed) is the
+# contract's (tests/real_engine, point tls_port); here what the lane does not start.
+def _tls_get(port, ca_file, cert=None):
+    import ssl
+
+    context = ssl.create_default_context(cafile=str(ca_file))
+    if cert:
+        context.load_cert_chain(str(cert[1]), str(cert[0]))
+    with urllib.request.urlopen("https://127.0.0.1:%d/health" % port, timeout=10, context=context) as r:
+        return r.status
+
+
+def test_tls_client_certificates_required_and_the_chain_refreshed(tmp_path, pins, model_dir, dev8):
+    """--ssl-cert-reqs 2 with --ssl-ca-certs: only a client holding a certificate of that CA
+    gets an answer (uvicorn's verify_mode); --enable-ssl-refresh: a certificate replaced on
+    disk is served to the next connection without a restart (vllm's SSLCertRefresher)."""
+    from standin_helpers import issue_cert, make_ca
+
+    ca, clients = make_ca(tmp_path / "ca", "kf server CA"), make_ca(tmp_path / "clients", "kf client CA")
+    key, cert = issue_cert(ca, tmp_path / "ca")
+    client = issue_cert(clients, tmp_path / "clients", "client", ("kf-client",), client=True)
+    tls = ["--ssl-keyfile", str(key), "--ssl-certfile", str(cert), "--enable-ssl-refresh"]
+    tls += ["--ssl-ca-certs", str(clients["file"]), "--ssl-cert-reqs", "2"]
+    srv = Server(serving_args(pins, model_dir) + tls, server_env(dev8), tmp_path / "tls.log", ca_file=ca["file"])
+    try:
+        deadline = time.monotonic() + 30
+        while "Application startup complete." not in srv.output():
+            assert srv.proc.poll() is None and time.monotonic() < deadline, srv.output()
+            time.sleep(0.1)
+        assert f"Starting vLLM API server 0 on https://127.0.0.1:{srv.port}" in srv.output()
+        # No client certificate: the server ends the connection (TLS 1.3 refuses after the
+        # handshake: no HTTP answer), as uvicorn's does (curl: "Empty reply from server").
+        with pytest.raises(OSError):
+            _tls_get(srv.port, ca["file"])
+        assert _tls_get(srv.port, ca["file"], client) == 200
+        # A chain of another CA written over the files: served from the next connection on.
+        renewed = make_ca(tmp_path / "renewed", "kf renewed CA")
+        new_key, new_cert = issue_cert(renewed, tmp_path / "renewed")
+        cert.write_bytes(new_cert.read_bytes())
+        key.write_bytes(new_key.read_bytes())
+        deadline = time.monotonic() + 20
+        while "Reloading SSL certificate chain" not in srv.output() or _refused(srv.port, renewed["file"], client):
+            assert time.monotonic() < deadline, srv.output()
+            time.sleep(0.2)
+        with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
+            _tls_get(srv.port, ca["file"], client)
+    finally:
+        srv.stop()
+
+
+def _refused(port, ca_file, cert):
+    try:
+        return _tls_get(port, ca_file, cert) != 200
+    except urllib.error.URLError:
+        return True
+
+
+def test_tls_key_without_certificate_fails_after_the_load(pins, model_dir, dev8, tmp_path):
+    """uvicorn's Config.load(): a key file and no certificate is an AssertionError, raised once
+    the engine is up (vllm's serve_http loads the config then)."""
+    proc = run_server_once(serving_args(pins, model_dir) + ["--ssl-keyfile", str(tmp_path / "k.pem")], server_env(dev8))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    # The weights were loaded (the process ends at the assertion, so it came after them).
+    assert "AssertionError" in out and "Loading weights took" in out, out[-2000:]
+
+
 # ----------------------------------------------------------------------------- serving
 def test_health_version_open_without_key(server):
     assert get(server.base + "/health")[0] == 200

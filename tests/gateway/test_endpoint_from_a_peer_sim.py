@@ -47,8 +47,8 @@ def test_strangers_are_refused_and_clients_served(sim_fleet):
     before = sorted(workers())
     assert len(before) == 3, before
     for method, path in (
-        ("POST", "/remove_worker?url=http://%s:8000" % host_address(3)),
-        ("POST", "/add_worker?url=http://10.9.9.9:8000"),
+        ("POST", "/remove_worker?url=https://%s:8000" % host_address(3)),
+        ("POST", "/add_worker?url=https://10.9.9.9:8000"),
         ("GET", "/list_workers"),
         ("GET", "/workers"),
         ("POST", "/flush_cache"),

@@ -15,7 +15,7 @@ import yaml
 
 from kunlun_fleet import vault
 from kunlun_fleet.sim import config
-from kunlun_fleet.sim.testing import INVENTORY, REPO, ssh
+from kunlun_fleet.sim.testing import INVENTORY, REPO, host_curl, ssh
 from failover_load import BEFORE, IN_FLIGHT, SERVED, Load, count, fault, in_pool, reasons, router_view
 from kunlun_fleet.bundle import load_pins as stack_pins
 
@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.sim, pytest.mark.slow]
 PINS = stack_pins()
 GATEWAY = yaml.safe_load(open(os.path.join(REPO, "roles/gateway/defaults/main.yml")))
 GATEWAY_HOST = 1
-WORKER = {i: "http://%s:%d" % (config.host_address(i), PINS["kunlun_stack_serving"]["port"]) for i in (1, 2, 3)}
+WORKER = {i: "https://%s:%d" % (config.host_address(i), PINS["kunlun_stack_serving"]["port"]) for i in (1, 2, 3)}
 CLIENTS, MAX_TOKENS, WINDOW = 8, 48, 12
 
 
@@ -35,6 +35,27 @@ def wait_for(what, predicate, timeout):
             return
         time.sleep(2)
     raise AssertionError("%s: not within %d s" % (what, timeout))
+
+
+def served_since(load, since):
+    """Requests served through the endpoint that started at `since` or later."""
+    return sum(1 for row in list(load.rows) if row[0] >= since and row[2] == SERVED)
+
+
+def fault_window(load, watch, host, since):
+    """Wait until the router has `host` out of its pool and every client has had a request
+    served that started after that (WINDOW s at most for the worker to leave, which the test
+    then reports as its failure)."""
+    deadline = time.monotonic() + WINDOW
+    while watch.left(host, since, time.monotonic()) is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = watch.left(host, since, time.monotonic())
+    if left is not None:
+        wait_for(
+            "every client served after kf-node-%d left the pool" % host,
+            lambda: served_since(load, since + left) >= CLIENTS,
+            120,
+        )
 
 
 class PoolWatch(threading.Thread):
@@ -59,8 +80,8 @@ class PoolWatch(threading.Thread):
 
 
 def serving_health(host):
-    url = "http://127.0.0.1:%d/health" % PINS["kunlun_stack_serving"]["port"]
-    return ssh(host, "curl -s -o /dev/null -w '%%{http_code}' %s" % url, check=False).stdout
+    curl = host_curl("/health", PINS["kunlun_stack_serving"]["port"])
+    return ssh(host, "%s -s -o /dev/null -w '%%{http_code}'" % curl, check=False).stdout
 
 
 def test_stopped_and_killed_hosts_fail_no_request_that_had_not_started(sim_fleet):
@@ -80,13 +101,16 @@ def test_stopped_and_killed_hosts_fail_no_request_that_had_not_started(sim_fleet
             lambda: bool(watch.samples) and all(watch.samples[-1][1].values()),
             150,
         )
-        time.sleep(8)
+        wait_for("load served before the faults", lambda: served_since(load, 0) >= 2 * CLIENTS, 120)
+        # Each fault's window lasts until the router took the worker out of its pool (the
+        # condition, not a fixed time: watch.left below) and the load went on through the
+        # others for a round of every client after that.
         t_stop = time.monotonic()
         fault(2, "stop", True)
-        time.sleep(WINDOW)
+        fault_window(load, watch, 2, t_stop)
         t_kill = time.monotonic()
         fault(3, "kill", True)
-        time.sleep(WINDOW)
+        fault_window(load, watch, 3, t_kill)
         t_end = time.monotonic()
     finally:
         rows = load.stop()

@@ -157,7 +157,7 @@ class RecordingRouter:
 
 
 def test_rollout_drains_the_worker_the_router_lists(inventory, tmp_path):
-    """The router's workers: every xpu_servers host at http://<ansible_host>:<serving port>,
+    """The router's workers: every xpu_servers host at https://<ansible_host>:<serving port>,
     the host name when it has no ansible_host, and a host whose ansible_host is a management
     name and whose serving address is set apart (kunlun_stack_serving_address) at the
     serving address. The rollout's drain (serve -> gateway worker entry point) removes
@@ -175,11 +175,12 @@ def test_rollout_drains_the_worker_the_router_lists(inventory, tmp_path):
     local = ["-e", "ansible_connection=local", "-e", "ansible_python_interpreter=%s" % sys.executable]
 
     listed = router_worker_urls(inventory, tmp_path, *local)
+    # https: the workers serve TLS with the fleet CA (kunlun_stack_serving_tls, docs/gateway.md).
     assert listed == [
-        "http://10.20.1.11:8000",
-        "http://10.30.1.12:8000",
-        "http://10.20.1.13:8000",
-        "http://p800-a04:8000",
+        "https://10.20.1.11:8000",
+        "https://10.30.1.12:8000",
+        "https://10.20.1.13:8000",
+        "https://p800-a04:8000",
     ], listed
 
     router = RecordingRouter(listed)
@@ -213,7 +214,7 @@ def test_rollout_drains_the_worker_the_router_lists(inventory, tmp_path):
     finally:
         router.close()
     assert rc == 0, out[-3000:]
-    assert router.calls == [("/remove_worker", "http://10.30.1.12:8000"), ("/add_worker", "http://10.30.1.12:8000")], (
+    assert router.calls == [("/remove_worker", "https://10.30.1.12:8000"), ("/add_worker", "https://10.30.1.12:8000")], (
         router.calls,
         out[-3000:],
     )

@@ -543,6 +543,28 @@ def test_builtin_modules_on_a_kernel_without_modules(env):
     assert res.returncode != 0 and "is builtin" in res.stderr
 
 
+def holds(pid, path):
+    """Whether process pid has path open (its /proc/PID/fd links)."""
+    try:
+        fds = os.listdir("/proc/%d/fd" % pid)
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink("/proc/%d/fd/%s" % (pid, fd)) == path:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def wait_until(predicate, what, timeout=30):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "%s: not within %d s" % (what, timeout)
+        time.sleep(0.05)
+
+
 def test_xpu_smi_figures_move_with_the_holders_load(env, runs, tmp_path):
     """A process holding /dev/xpu2 (a serving container's vllm) with the stand-in's load file
     in its root: device 2's memory, utilisation, power and temperature follow the load; the
@@ -565,7 +587,8 @@ def test_xpu_smi_figures_move_with_the_holders_load(env, runs, tmp_path):
 
         idle = device(2)
         load.write_text('{"running": 0, "waiting": 0, "kv_usage": 0.0}')
-        time.sleep(0.5)  # the holder has opened the node
+        node = str(Path(env["_root"]) / "dev" / "xpu2")
+        wait_until(lambda: holds(holder.pid, node), "the holder has /dev/xpu2 open")
         held = device(2)
         assert held["memory_used_mib"] == 4864 and held["utilization"] == "0%", held
         load.write_text('{"running": 25, "waiting": 3, "kv_usage": 0.5}')

@@ -9,11 +9,17 @@ fault below the line: /health still 200, nothing generated): the engine watchdog
 gateway quarantines it (KunlunWorkerQuarantined, through the gateway exporter), all shown
 by `kunlun-fleet status` (the alerts, the stopped service and the quarantine in their
 hosts' rows). The fleet is put back as it was (the unit started and serving, the fault
-removed, the stalled host restarted and re-admitted by the watchdog)."""
+removed, the stalled host restarted and re-admitted by the watchdog).
+
+Prometheus listens on kf-node-1's loopback only: the tests reach it the way an operator
+does, through an SSH tunnel (`ssh -L`, docs/monitoring.md "Reaching Prometheus"), and check
+that its port refuses the controller and that node-exporter answers on each host's fleet
+address only."""
 
 import json
 import os
 import re
+import socket
 import ssl
 import subprocess
 import threading
@@ -27,11 +33,12 @@ import yaml
 
 from kunlun_fleet import monitoring
 from kunlun_fleet.sim.config import host_address
-from kunlun_fleet.sim.testing import INVENTORY, REPO, VENV_BIN, _env, ssh
+from kunlun_fleet.sim.testing import INVENTORY, REPO, VENV_BIN, _env, host_curl, ssh, tunnel
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
-PROMETHEUS = "http://%s:9090" % host_address(1)
+# Prometheus on kf-node-1, through the tunnel the `prometheus` fixture opens.
+PROMETHEUS = None
 FAULTS = "/etc/kunlun-kit/faults"
 # The two alerts' `for:` windows as the sim inventory sets them (shortened there; the
 # default windows and the evaluation at which each alert fires are proved by promtool's
@@ -61,7 +68,17 @@ def firing(name):
 
 
 @pytest.fixture(scope="module")
-def monitored(sim_fleet):
+def prometheus(sim_fleet):
+    """Prometheus on kf-node-1 (its loopback) through an SSH tunnel from the controller."""
+    global PROMETHEUS
+    with tunnel(1, 9090) as port:
+        PROMETHEUS = "http://127.0.0.1:%d" % port
+        yield PROMETHEUS
+    PROMETHEUS = None
+
+
+@pytest.fixture(scope="module")
+def monitored(prometheus):
     """The stage run on the fleet as the e2e left it (a re-run: nothing to change there)."""
     proc = subprocess.run(
         [os.path.join(VENV_BIN, "ansible-playbook"), "-i", INVENTORY, "playbooks/monitoring.yml"],
@@ -92,6 +109,14 @@ def test_every_target_is_up(monitored):
         jobs.setdefault(t["labels"]["job"], set()).add(t["labels"]["host"])
     hosts = {"kf-node-1", "kf-node-2", "kf-node-3"}
     assert jobs == {"vllm": hosts, "node": hosts, "router": {"kf-node-1"}, "prometheus": {"kf-node-1"}}, jobs
+    # Nothing but the tunnel reaches Prometheus: its port is on loopback, the controller's
+    # connection to the host's address fails.
+    with pytest.raises(OSError):
+        socket.create_connection((host_address(1), 9090), timeout=5).close()
+    # node-exporter answers on each host's fleet address, the one Prometheus scrapes, only.
+    for index in (1, 2, 3):
+        listening = ssh(index, "ss -Hltn 'sport = :9100'").stdout.split()
+        assert [a for a in listening if a.endswith(":9100")] == ["%s:9100" % host_address(index)], listening
 
 
 def test_every_dashboard_query_returns_data_and_every_alert_evaluates(monitored):
@@ -224,7 +249,7 @@ def test_stopped_server_device_error_and_stalled_engine_raise_their_alerts(monit
     assert "UNHEALTHY" not in line["kf-node-1"], line
     # the host serves again (the next suites need the fleet served)
     deadline = time.monotonic() + 300
-    while ssh(3, "curl -sf -o /dev/null http://127.0.0.1:8000/health", check=False).returncode != 0:
+    while ssh(3, host_curl("/health") + " -sf -o /dev/null", check=False).returncode != 0:
         assert time.monotonic() < deadline, "kf-node-3 did not serve again after its unit was started"
         time.sleep(2)
     # kf-node-2 back in the gateway by the watchdog's own re-admission (restart, readiness,

@@ -24,6 +24,12 @@ def servers(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def real_routes(servers, tmp_path_factory):
+    """Every route the real server registers, read from its program (engine.route_table)."""
+    return engine.route_table(servers["real"], tmp_path_factory.mktemp("routes") / "routes.json")
+
+
+@pytest.fixture(scope="session")
 def clients(servers):
     return {name: contract.Client(srv) for name, srv in servers.items()}
 

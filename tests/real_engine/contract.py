@@ -16,13 +16,18 @@ agrees, so the mark is removed with the fix).
 
 import json
 import re
+import socket
+import ssl
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+import warnings
 
 from kunlun_fleet import monitoring
 
+import engine
 from engine import OPENER
 
 # The metric names the product's own code reads from a vLLM /metrics: the bench's counters
@@ -702,3 +707,446 @@ def counters_move(c):
             break
         time.sleep(0.2)
     return {"deltas": deltas, "served": served}
+
+
+# ----------------------------------------------------------------------------- routes
+# Every route of the real server's table (route_table.py: its FastAPI app as vLLM 0.15.1 builds
+# it with the serve role's flags and environment) is sent the same requests on both servers
+# (test_routes.py): without a key, with a wrong one, with the key; a route that reads a JSON
+# body also with a body of another content type, an empty object and a JSON list. The request
+# a route gets is ROUTE_PROBES' (one that changes nothing on the server: /pause and
+# /scale_elastic_ep get requests they refuse before acting), else a plain GET or a POST of
+# `{}`, so a route a new pin adds is probed too. What is compared: route_answer.
+BOUNDARY = "kf-contract-boundary"
+
+
+def form(fields, boundary=BOUNDARY):
+    """A multipart/form-data body; a field whose value is bytes is an uploaded file."""
+    out = b""
+    for name, value in fields.items():
+        head = 'Content-Disposition: form-data; name="%s"' % name
+        if isinstance(value, bytes):
+            head += '; filename="%s.wav"\r\nContent-Type: audio/wav' % name
+        else:
+            value = value.encode()
+        out += b"--%s\r\n%s\r\n\r\n%s\r\n" % (boundary.encode(), head.encode(), value)
+    return out + b"--%s--\r\n" % boundary.encode()
+
+
+def route_probes(c):
+    """{(method, path): (filled path, Client.call keywords)} for the routes that need a body,
+    a path parameter or a harmless request."""
+    m = c.served
+    audio = {
+        "raw": form({"file": b"RIFF", "model": m}),
+        "headers": {"Content-Type": "multipart/form-data; boundary=" + BOUNDARY},
+    }
+    pooling = {"body": {"model": m, "input": "hello"}}
+    rerank = {"body": {"model": m, "query": "hello", "documents": ["world"]}}
+    score = {"body": {"model": m, "text_1": "hello", "text_2": "world"}}
+    return {
+        # Refused before it scales (no size): nothing changes.
+        ("POST", "/scale_elastic_ep"): ("/scale_elastic_ep", {"body": {}}),
+        ("POST", "/tokenize"): ("/tokenize", {"body": {"model": m, "prompt": "hello world"}}),
+        ("POST", "/detokenize"): ("/detokenize", {"body": {"model": m, "tokens": [543, 312]}}),
+        ("POST", "/inference/v1/generate"): (
+            "/inference/v1/generate",
+            {"body": {"model": m, "token_ids": [543, 312], "sampling_params": {"max_tokens": 2, "ignore_eos": True}}},
+        ),
+        # Refused before it pauses (a query value that is not a boolean): nothing changes.
+        ("POST", "/pause"): ("/pause?wait_for_inflight_requests=maybe", {}),
+        ("POST", "/v1/chat/completions"): ("/v1/chat/completions", {"body": _chat(c, max_tokens=2)}),
+        ("POST", "/v1/chat/completions/render"): (
+            "/v1/chat/completions/render",
+            {"body": {"model": m, "messages": [{"role": "user", "content": "hello"}]}},
+        ),
+        ("POST", "/v1/responses"): (
+            "/v1/responses",
+            {"body": {"model": m, "input": "hello", "max_output_tokens": 2, "temperature": 0}},
+        ),
+        ("GET", "/v1/responses/{response_id}"): ("/v1/responses/resp_0", {}),
+        ("POST", "/v1/responses/{response_id}/cancel"): ("/v1/responses/resp_0/cancel", {}),
+        ("POST", "/v1/audio/transcriptions"): ("/v1/audio/transcriptions", audio),
+        ("POST", "/v1/audio/translations"): ("/v1/audio/translations", audio),
+        ("POST", "/v1/completions"): ("/v1/completions", {"body": _hello(c, max_tokens=2)}),
+        ("POST", "/v1/completions/render"): ("/v1/completions/render", {"body": {"model": m, "prompt": "hello"}}),
+        ("POST", "/v1/messages"): (
+            "/v1/messages",
+            {
+                "body": {
+                    "model": m,
+                    "messages": [{"role": "user", "content": "hello"}],
+                    "max_tokens": 2,
+                    "temperature": 0,
+                }
+            },
+        ),
+        ("POST", "/invocations"): ("/invocations", {"body": _hello(c, max_tokens=2)}),
+        ("POST", "/classify"): ("/classify", pooling),
+        ("POST", "/v1/embeddings"): ("/v1/embeddings", pooling),
+        ("POST", "/pooling"): ("/pooling", pooling),
+        ("POST", "/score"): ("/score", score),
+        ("POST", "/v1/score"): ("/v1/score", score),
+        ("POST", "/rerank"): ("/rerank", rerank),
+        ("POST", "/v1/rerank"): ("/v1/rerank", rerank),
+        ("POST", "/v2/rerank"): ("/v2/rerank", rerank),
+    }
+
+
+def route_requests(c, route):
+    """[(case, method, path, Client.call keywords)]: every request a route of the table gets."""
+    probes = route_probes(c)
+    if route["mount"]:
+        # A mounted app serves every path under it, any method.
+        targets = [("GET", route["path"] + "/probe", {}), ("POST", route["path"], {})]
+    else:
+        targets = []
+        for method in route["methods"]:
+            if method == "HEAD" and "GET" in route["methods"]:
+                continue  # HEAD is probed apart (the router's points)
+            path, kw = probes.get((method, route["path"]), (None, None))
+            if path is None:
+                path, kw = re.sub(r"\{[^}]+\}", "x", route["path"]), ({"body": {}} if method == "POST" else {})
+            targets.append((method, path, kw))
+    out = []
+    for method, path, kw in targets:
+        out += [
+            ("no key", method, path, dict(kw, key=None)),
+            ("a wrong key", method, path, dict(kw, key=c.key + "x")),
+            ("the key", method, path, kw),
+        ]
+        if route["json_body"]:
+            data = json.dumps(kw.get("body", {})).encode()
+            out += [
+                ("a text/plain body", method, path, {"raw": data, "headers": {"Content-Type": "text/plain"}}),
+                ("an empty object", method, path, {"body": {}}),
+                ("a JSON list", method, path, {"raw": b"[1]"}),
+            ]
+    return out
+
+
+# The part of an answer whose shape depends on where the engine stopped (a random model may
+# end before max_tokens): its shape is not compared.
+VOLATILE = ("incomplete_details",)
+
+
+def _steady(doc):
+    if isinstance(doc, dict):
+        return {k: ("<stop-dependent>" if k in VOLATILE else _steady(v)) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [_steady(x) for x in doc]
+    return doc
+
+
+def route_answer(reply):
+    """What is compared of a route's answer: status and media type; an error's type, code,
+    param and message (its first paragraph); another JSON answer's shape; /openapi.json's
+    routes (path: methods)."""
+    media = (reply.headers.get("content-type") or "").split(";")[0] or None
+    out = {"status": reply.status, "media_type": media}
+    if media == "application/json":
+        try:
+            doc = reply.json()
+        except ValueError:
+            out["body"] = reply.body[:200].decode("utf-8", "replace")
+            return out
+        if isinstance(doc, dict) and "error" in doc:
+            out["error"] = error_of(reply, message="head")
+        elif isinstance(doc, dict) and "openapi" in doc:
+            out["routes"] = {p: sorted(ms) for p, ms in doc["paths"].items()}
+        else:
+            out["shape"] = shape(_steady(doc))
+    elif media == "text/plain" and reply.status >= 400:
+        out["body"] = reply.body.decode("utf-8", "replace")
+    return out
+
+
+NOT_SERVED = ({"detail": "Not Found"}, {"detail": "Method Not Allowed"})
+
+
+def routed(reply):
+    """False when the router answered (no route of that path or method), not a route."""
+    try:
+        return reply.status not in (404, 405) or reply.json() not in NOT_SERVED
+    except ValueError:
+        return True
+
+
+# ----------------------------------------------------------------------------- routes outside /v1
+# The API key is asked for on /v1 only (AuthenticationMiddleware): what the rest serves to
+# anyone who reaches the port, which the firewall has to contain.
+@point(
+    "/invocations serves completions and chats without a key, streamed too",
+    expect=lambda o: (
+        o["completion"]["status"] == 200 == o["chat"]["status"]
+        and o["completion"]["usage"]["completion_tokens"] == 3
+        and o["stream"]["done_last"]
+        and o["stream"]["usage"]["completion_tokens"] == 3
+    ),
+)
+def invocations(c):
+    def answer(body):
+        r = c.post("/invocations", body, key=None)
+        doc = r.json()
+        return {"status": r.status, "shape": shape(doc), "object": doc["object"], "usage": doc["usage"]}
+
+    streamed = _hello(c, max_tokens=3, stream=True, stream_options={"include_usage": True})
+    r = c.post("/invocations", streamed, key=None)
+    problems, payloads = r.events()
+    docs = [json.loads(p) for p in payloads if p != "[DONE]"]
+    usage = [d["usage"] for d in docs if d.get("usage")]
+    return {
+        "completion": answer(_hello(c, max_tokens=3)),
+        "chat": answer(_chat(c, max_tokens=3)),
+        "stream": {
+            "status": r.status,
+            "framing": problems,
+            "done_last": bool(payloads) and payloads[-1] == "[DONE]",
+            "chunk_shapes": shape(_any_finish(docs)),
+            "usage": usage[-1] if usage else None,
+        },
+        "neither": error_of(c.post("/invocations", {"model": c.served}, key=None)),
+        "not_json": error_of(c.post("/invocations", None, raw=b'{"prompt": ', key=None)),
+    }
+
+
+@point(
+    "/tokenize and /detokenize without a key: the model's token ids and text",
+    expect=lambda o: o["hello"]["tokens"] == [543, 312, 261, 75, 67] and o["round_trip"] == "hello world",
+)
+def tokens(c):
+    def tokenize(body):
+        r = c.post("/tokenize", body, key=None)
+        return r.json() if r.status == 200 else error_of(r)
+
+    def detokenize(ids):
+        r = c.post("/detokenize", {"tokens": ids}, key=None)
+        return r.json()["prompt"] if r.status == 200 else error_of(r, message="head")
+
+    hello = tokenize({"prompt": "hello world"})
+    return {
+        "hello": hello,
+        "specials_and_utf8": tokenize({"prompt": "a <|im_end|> é 日本", "return_token_strs": True}),
+        "chat": tokenize({"model": c.served, "messages": [{"role": "user", "content": "hi"}]}),
+        "chat_no_generation_prompt": tokenize(
+            {"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": False}
+        ),
+        "unknown_model": tokenize({"model": "no-such-model", "prompt": "x"}),
+        "round_trip": detokenize(hello.get("tokens", [])),
+        "special_and_partial_utf8": detokenize([994, 5, 127]),
+        "unknown_id": detokenize([4294967295, 5]),
+        "out_of_range": detokenize([-1]),
+    }
+
+
+@point(
+    "/inference/v1/generate generates without a key (token ids in and out, never streamed)",
+    expect=lambda o: o["plain"]["status"] == 200 and o["plain"]["lengths"] == [3] and o["stream"]["status"] == 200,
+)
+def generate_tokens(c):
+    def answer(**extra):
+        body = dict({"token_ids": [543, 312], "sampling_params": {"max_tokens": 3, "ignore_eos": True}}, **extra)
+        r = c.post("/inference/v1/generate", body, key=None)
+        doc = r.json()
+        return {
+            "status": r.status,
+            "media_type": r.headers.get("content-type"),
+            "shape": shape(doc),
+            "lengths": [len(ch["token_ids"]) for ch in doc.get("choices", [])],
+            "finish": [ch["finish_reason"] for ch in doc.get("choices", [])],
+        }
+
+    return {"plain": answer(), "stream": answer(stream=True)}
+
+
+def _stream_until_cut(c, results):
+    """A long streamed completion; `results` gets its status and last finish_reason."""
+    body = {"model": c.served, "prompt": "hello", "max_tokens": 100000, "ignore_eos": True, "stream": True}
+    r = c.post("/v1/completions", body, timeout=300)
+    _, payloads = r.events()
+    docs = [json.loads(p) for p in payloads if p != "[DONE]"]
+    reasons = [ch.get("finish_reason") for d in docs for ch in d.get("choices", []) if ch.get("finish_reason")]
+    results.update(status=r.status, finish=reasons[-1:], done_last=bool(payloads) and payloads[-1] == "[DONE]")
+
+
+@point(
+    "/pause without a key cuts every request in flight (finish_reason abort) until /resume",
+    expect=lambda o: (
+        o["pause"] == {"status": "paused"}
+        and o["cut"] == {"status": 200, "finish": ["abort"], "done_last": True}
+        and o["paused"] == {"is_paused": True}
+        and o["resumed"] == {"is_paused": False}
+        and o["served_after"] == 200
+    ),
+)
+def pause(c):
+    wait_idle(c)
+    results = {}
+    reader = threading.Thread(target=_stream_until_cut, args=(c, results), daemon=True)
+    reader.start()
+    # Until the engine runs it.
+    deadline = time.monotonic() + 60
+    while total(c.metrics(), "vllm:num_requests_running") < 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    try:
+        paused = c.post("/pause", None, key=None).json()
+        reader.join(60)
+        during = c.call("GET", "/is_paused", key=None).json()
+    finally:
+        resumed = c.post("/resume", None, key=None).json()
+    return {
+        "pause": paused,
+        "cut": results,
+        "paused": during,
+        "resume": resumed,
+        "resumed": c.call("GET", "/is_paused", key=None).json(),
+        "pause_twice": [c.post("/pause", None, key=None).json(), c.post("/pause", None, key=None).json()],
+        "resume_again": c.post("/resume", None, key=None).json(),
+        "served_after": c.post("/v1/completions", _hello(c, max_tokens=1)).status,
+        "bad_query": error_of(c.post("/pause?clear_cache=maybe", None, key=None), message="head"),
+    }
+
+
+@point(
+    "/scale_elastic_ep without a key: the same size skips, another fails (one engine), bad sizes refused",
+    expect=lambda o: o["same"]["status"] == 200 and o["other"]["status"] == 500 and o["health_after"] == 200,
+)
+def scale(c):
+    def answer(body, raw=None):
+        r = c.post("/scale_elastic_ep", body, raw=raw, key=None)
+        return error_of(r) if r.status != 200 else {"status": 200, "body": r.json()}
+
+    return {
+        "same": answer({"new_data_parallel_size": 1}),
+        "other": answer({"new_data_parallel_size": 2, "drain_timeout": 5}),
+        "zero": answer({"new_data_parallel_size": 0}),
+        "bad_timeout": answer({"new_data_parallel_size": 1, "drain_timeout": 0}),
+        "not_json": answer(None, raw=b"{"),
+        "scaling": c.post("/is_scaling_elastic_ep", None, key=None).json(),
+        "health_after": c.call("GET", "/health", key=None).status,
+    }
+
+
+def _sse(reply):
+    """An SSE answer: (event name, shape of its data) in order, each distinct pair once."""
+    out = []
+    for block in reply.body.decode("utf-8").split("\n\n"):
+        if not block:
+            continue
+        name, data = None, None
+        for line in block.split("\n"):
+            if line.startswith("event: "):
+                name = line[len("event: ") :]
+            elif line.startswith("data: "):
+                data = line[len("data: ") :]
+        item = [name, "[DONE]" if data == "[DONE]" else shape(_steady(json.loads(data)))]
+        if item not in out:
+            out.append(item)
+    return out
+
+
+# These APIs have no ignore_eos: greedy decoding makes where the real model stops the same on every run.
+GREEDY = {"temperature": 0}
+
+
+@point(
+    "/v1/messages and /v1/responses streamed: their events",
+    expect=lambda o: o["messages"]["status"] == 200 == o["responses"]["status"],
+)
+def other_streams(c):
+    messages = c.post(
+        "/v1/messages",
+        {"model": c.served, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": True, **GREEDY},
+    )
+    responses = c.post(
+        "/v1/responses", {"model": c.served, "input": "hi", "max_output_tokens": 4, "stream": True, **GREEDY}
+    )
+    return {
+        "messages": {"status": messages.status, "events": _sse(messages)},
+        "responses": {"status": responses.status, "events": _sse(responses)},
+        "messages_unknown_model": error_of(
+            c.post("/v1/messages", {"model": "no-such-model", "messages": [], "max_tokens": 2})
+        ),
+        "responses_background": error_of(
+            c.post("/v1/responses", {"model": c.served, "input": "hi", "background": True})
+        ),
+    }
+
+
+@point(
+    "before a route: 405 with its methods, a 307 to the other form of the path, %-escapes decoded, HEAD",
+    expect=lambda o: o["slash"]["status"] == 307 and o["escaped_no_key"] == 401 and o["head_health"] == 405,
+)
+def router(c):
+    slash = c.post("/invocations/", _hello(c, max_tokens=1), key=None)
+    return {
+        "method": [
+            c.call("GET", "/invocations", key=None).status,
+            c.call("PUT", "/ping", key=None).headers.get("allow"),
+        ],
+        "slash": {
+            "status": slash.status,
+            "location_path": urllib.parse.urlsplit(slash.headers.get("location", "")).path,
+        },
+        "escaped_no_key": c.call("GET", "/%76%31/models", key=None).status,
+        "escaped": c.call("GET", "/%76%31/models").status,
+        "head_health": c.call("HEAD", "/health", key=None).status,
+        "head_openapi": [c.call("HEAD", "/openapi.json", key=None).status, len(c.call("HEAD", "/openapi.json").body)],
+        "v1_prefix_only": c.call("GET", "/v1x", key=None).status,
+    }
+
+
+# ----------------------------------------------------------------------------- TLS
+# Both servers run with the serve role's --ssl-keyfile and --ssl-certfile (engine.make_tls):
+# vllm 0.15.1 hands them to uvicorn, whose context is Python's ssl.SSLContext(PROTOCOL_TLS_SERVER)
+# with the chain loaded (uvicorn/config.py, create_ssl_context).
+def _handshake(c, version=None):
+    """The protocol and ALPN a client trusting the test CA negotiates (pinned to `version`
+    when given), or the error the server's refusal raised."""
+    parts = urllib.parse.urlsplit(c.base)
+    context = ssl.create_default_context(cafile=engine.CA_FILE)
+    if version is not None:
+        context.minimum_version = context.maximum_version = version
+        context.set_ciphers("ALL:@SECLEVEL=0")  # the client offers it; the server decides
+    try:
+        with socket.create_connection((parts.hostname, parts.port), timeout=10) as raw:
+            with context.wrap_socket(raw, server_hostname=parts.hostname) as tls:
+                return [tls.version(), tls.selected_alpn_protocol()]
+    except (ssl.SSLError, OSError) as exc:
+        return "refused (%s)" % type(exc).__name__
+
+
+# What the real engine answers: TLS 1.3 by default, 1.2 when asked, no ALPN; 1.1 refused (the
+# server closes the handshake: Python's minimum_version is TLS 1.2); a plain HTTP request
+# read as a failed handshake, the connection closed without a byte.
+TLS_PORT = {
+    "default": ["TLSv1.3", None],
+    "TLSv1.2": ["TLSv1.2", None],
+    "TLSv1.1": "refused (SSLEOFError)",
+    "plain http": "",
+}
+
+
+@point("the port speaks TLS 1.2 and 1.3 only; plain HTTP gets no HTTP answer", expect=lambda o: o == TLS_PORT)
+def tls_port(c):
+    parts = urllib.parse.urlsplit(c.base)
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as raw:
+        raw.sendall(b"GET /health HTTP/1.1\r\nHost: %s\r\n\r\n" % parts.hostname.encode())
+        answer = b""
+        while True:
+            try:
+                data = raw.recv(4096)
+            except OSError:
+                break
+            if not data:
+                break
+            answer += data
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # TLSVersion.TLSv1_1: asked on purpose
+        old = _handshake(c, ssl.TLSVersion.TLSv1_1)
+    return {
+        "default": _handshake(c),
+        "TLSv1.2": _handshake(c, ssl.TLSVersion.TLSv1_2),
+        "TLSv1.1": old,
+        "plain http": answer[:60].decode("latin-1"),
+    }

@@ -12,6 +12,7 @@ import secrets
 import shlex
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -23,7 +24,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "artifacts"))
 
-from standin_helpers import free_port, make_dev_dir  # noqa: E402
+from standin_helpers import free_port, issue_cert, make_ca, make_dev_dir  # noqa: E402
 
 ENGINE_VENV = ROOT / ".cache" / "real-engine-venv"
 ENGINE_PYTHON = ENGINE_VENV / "bin" / "python"
@@ -100,6 +101,14 @@ SUBSTITUTIONS = [
         "loopback only on a test machine (a host binds all addresses, on its serving network)",
     ),
     (
+        "kunlun_stack_serving_tls_dir",
+        "<the test's TLS directory>",
+        "both",
+        "the host's TLS key and certificate, issued by the inventory's fleet CA (roles/serve/tasks/tls.yml), are "
+        "mounted into the container at the same path; here a key and a certificate for 127.0.0.1 and localhost "
+        "that a CA of the test issued (make_tls), which the tests' clients trust alone",
+    ),
+    (
         "serve_data_dir",
         "<the test's directory>",
         "both",
@@ -110,8 +119,14 @@ SUBSTITUTIONS = [
 ]
 
 
-# Loopback only, whatever proxy the environment names.
-OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+# Loopback only, whatever proxy the environment names; https verified with the test's CA
+# alone, loaded into this context when the servers start (make_tls).
+TLS_CONTEXT = ssl.create_default_context()
+OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=TLS_CONTEXT))
+# The test CA's certificate, which the product's clients are given as their CA file, and
+# the servers' TLS directory (both from make_tls, once per session).
+CA_FILE = None
+TLS_DIR = None
 
 
 def pins():
@@ -126,7 +141,19 @@ def _trust(value):
     return trust(value)
 
 
-def role_variables(which, port, data_dir, api_key):
+def make_tls(tls_dir: Path):
+    """A CA of the test, and the servers' key and certificate from it for 127.0.0.1 and
+    localhost (server.key, server.crt: the names kunlun_stack_serving_tls_flags gives vllm),
+    as the fleet CA issues a host's; the tests' clients trust that CA alone."""
+    global CA_FILE, TLS_DIR
+    ca = make_ca(tls_dir, "kf real-engine test CA")
+    issue_cert(ca, tls_dir, "server", (ADDRESS, "localhost"))
+    CA_FILE, TLS_DIR = str(ca["file"]), tls_dir
+    TLS_CONTEXT.load_verify_locations(cafile=CA_FILE)
+    return tls_dir
+
+
+def role_variables(which, port, data_dir, api_key, tls_dir=None):
     """What a play of the serve role sees for HOST: kunlun_stack's and serve's defaults and
     role variables, the inventory, then SUBSTITUTIONS for `which` ("real" or "standin")."""
     variables = {"ansible_managed": "Ansible managed", "playbook_dir": str(ROOT)}
@@ -144,7 +171,11 @@ def role_variables(which, port, data_dir, api_key):
             "serve_run_image_id": "sha256:" + "0" * 64,
         }
     )
-    values = {"<a free port>": port, "<the test's directory>": str(data_dir)}
+    values = {
+        "<a free port>": port,
+        "<the test's directory>": str(data_dir),
+        "<the test's TLS directory>": str(tls_dir or TLS_DIR),
+    }
     for name, value, applies, _ in SUBSTITUTIONS:
         if applies not in ("both", which):
             continue
@@ -203,8 +234,8 @@ def env_file(text):
 class Rendered:
     """The serve role's files for one server, and what they make: argv and environment."""
 
-    def __init__(self, which, port, data_dir, api_key):
-        variables = role_variables(which, port, data_dir, api_key)
+    def __init__(self, which, port, data_dir, api_key, tls_dir=None):
+        variables = role_variables(which, port, data_dir, api_key, tls_dir)
         self.variables = variables
         self.unit = render((SERVE_ROLE / "templates" / "kunlun-serve.service.j2").read_text(), variables)
         self.serve_env = render((SERVE_ROLE / "templates" / "serve.env.j2").read_text(), variables)
@@ -258,7 +289,8 @@ class Server:
         self.name, self.rendered = name, rendered
         self.api_key = api_key
         self.port = int(render("{{ kunlun_stack_serving_effective.port }}", rendered.variables))
-        self.base = "http://%s:%d" % (ADDRESS, self.port)
+        # https when the rendered flags name a certificate (kunlun_stack_serving_tls).
+        self.base = "%s://%s:%d" % ("https" if "--ssl-certfile" in rendered.args else "http", ADDRESS, self.port)
         self.log_path = log_path
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -270,6 +302,7 @@ class Server:
             env["TMPDIR"] = os.environ["TMPDIR"]
         env.update(rendered.env)
         env.update(extra_env or {})
+        self.env = env
         self.started = time.monotonic()
         self.ready_s = None
         self._log = open(log_path, "w")
@@ -322,10 +355,11 @@ def start_pair(tmp: Path):
     """The stand-in and the real engine, both rendered from the serve role; returns
     {"real": Server, "standin": Server}, both ready."""
     api_key = "kf-real-engine-" + secrets.token_hex(12)
+    tls_dir = make_tls(tmp / "tls")
     servers = {}
     try:
         # The stand-in first (it is ready in about a second), while the tiny model is made.
-        standin = Rendered("standin", free_port(), tmp / "standin", api_key)
+        standin = Rendered("standin", free_port(), tmp / "standin", api_key, tls_dir)
         make_sim_model(standin.model_dir)
         dev = make_dev_dir(tmp / "standin-dev", int(standin.variables["kunlun_stack_device_count"]))
         servers["standin"] = Server(
@@ -342,7 +376,7 @@ def start_pair(tmp: Path):
                 "KUNLUN_SIM_TOKENS_PER_SECOND": "400",
             },
         )
-        real = Rendered("real", free_port(), tmp / "real", api_key)
+        real = Rendered("real", free_port(), tmp / "real", api_key, tls_dir)
         # The real checkpoint's window (config.json max_position_embeddings), so the role's
         # --max-model-len runs unchanged.
         make_tiny_model(real.model_dir, int(pins()["kunlun_stack_model"]["max_position_embeddings"]))
@@ -354,6 +388,22 @@ def start_pair(tmp: Path):
             srv.stop()
         raise
     return servers
+
+
+def route_table(server, out: Path) -> dict:
+    """The real server's route table as its program builds it (route_table.py: build_app with
+    the server's own arguments and environment, in the real-engine venv; no engine started):
+    {"routes": [{path, methods, mount, name, in_schema, json_body}], "middleware": [...]}."""
+    proc = subprocess.run(
+        [str(ENGINE_PYTHON), str(Path(__file__).with_name("route_table.py")), str(out), "--", *server.rendered.args],
+        env=server.env,
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, (proc.stdout[-2000:] + proc.stderr[-4000:]).replace(server.api_key, "********")
+    return json.loads(out.read_text())
 
 
 def prometheus_binary():

@@ -94,7 +94,13 @@ def other_weights(servers, tmp_path_factory):
 
 
 def golden_task(name, srv, register, **extra):
-    args = {"url": srv.base, "api_key": srv.api_key, "model": srv.rendered.served_name, "timeout": 300}
+    args = {
+        "url": srv.base,
+        "ca_file": engine.CA_FILE,
+        "api_key": srv.api_key,
+        "model": srv.rendered.served_name,
+        "timeout": 300,
+    }
     args.update(extra)
     return {"name": name, "golden_outputs": args, "register": register}
 

@@ -116,6 +116,7 @@ def engine_plays(srv, tmp: Path, readiness):
         "name": "host_status",
         "host_status": {
             "unit_file": str(unit),
+            "ca_file": engine.CA_FILE,
             "config_dir": str(tmp / "kunlun-serve"),
             "facts_file": str(tmp / "xpu.fact"),
             "mount_point": str(tmp),
@@ -129,6 +130,9 @@ def engine_plays(srv, tmp: Path, readiness):
         "gather_facts": False,
         "vars": {
             "kunlun_stack_serving_effective": {"port": port},
+            # The serve role's own names for the host's server and the CA file that verifies it.
+            "serve_local_url": srv.base,
+            "kunlun_stack_worker_ca_host": engine.CA_FILE,
             "serve_running": True,
             "serve_drain": True,
             "serve_drain_timeout": 2,
@@ -142,6 +146,7 @@ def engine_plays(srv, tmp: Path, readiness):
                 "name": "serving_ready",
                 "serving_ready": {
                     "url": srv.base,
+                    "ca_file": engine.CA_FILE,
                     "served_model_name": srv.rendered.served_name,
                     "api_key": srv.api_key,
                     "timeout": 60,
@@ -157,6 +162,7 @@ def engine_plays(srv, tmp: Path, readiness):
                 "roles": [{"role": "acceptance"}],
                 "vars": {
                     "acceptance_host_url": srv.base,
+                    "acceptance_host_ca_file": engine.CA_FILE,
                     "acceptance_api_key": srv.api_key,
                     "acceptance_served_model_name": srv.rendered.served_name,
                     "acceptance_gateway_url": "",
@@ -255,6 +261,7 @@ def test_a_bench_point_against_the_real_engine_is_valid(servers, clients, tmp_pa
                             "timeout": 120,
                             "workers": 1,
                             "metrics": [{"host": "real", "url": srv.base + "/metrics"}],
+                            "ca_file": engine.CA_FILE,
                             "artifact_dir": str(tmp_path / "point"),
                             "label": "real-c2",
                         },
@@ -292,6 +299,8 @@ def prometheus_config(tmp: Path, srv, prom_port):
         dict(
             inventory,
             kunlun_stack_serving_overrides={"port": srv.port},
+            # The monitoring host's copy of the CA that issued the servers' certificate.
+            kunlun_stack_fleet_ca_host_path=engine.CA_FILE,
             monitoring_rules_dir=str(tmp / "rules"),
             monitoring_port=prom_port,
             monitoring_listen_host=engine.ADDRESS,

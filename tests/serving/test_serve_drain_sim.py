@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.sim, pytest.mark.slow]
 HOST, ADDRESS = 1, "172.31.250.11"
 PINS = stack_pins()
 PORT = PINS["kunlun_stack_serving"]["port"]
-WORKER = "http://%s:%d" % (ADDRESS, PORT)
+WORKER = "https://%s:%d" % (ADDRESS, PORT)
 SIM_ENV = yaml.safe_load(open(os.path.join(INVENTORY, "group_vars/all/sim.yml")))["kunlun_stack_serving_env_overrides"]
 # A change of the serving environment: the run must drain and restart the host.
 CHANGED_ENV = dict(SIM_ENV, KF_DRAIN_TEST="1")

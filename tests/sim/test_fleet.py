@@ -60,7 +60,15 @@ def cpu_weight(container):
         .partition("|")
     )
     if parent.startswith("/"):
-        with open(os.path.join(fleet.CPU_CGROUP_ROOT, parent.lstrip("/"), "cpu.shares")) as fh:
+        from kunlun_fleet.sim import cpu_groups
+
+        if cpu_groups.version() == 2:
+            with open(os.path.join(cpu_groups.ROOT, parent.lstrip("/"), "cpu.weight")) as fh:
+                weight = int(fh.read())
+            # In v1 terms when it is the weight the beside group was asked for.
+            beside = cpu_groups.weight_v2(fleet.BESIDE_CPU_SHARES)
+            return parent, fleet.BESIDE_CPU_SHARES if weight == beside else weight
+        with open(os.path.join(cpu_groups.ROOT, "cpu", parent.lstrip("/"), "cpu.shares")) as fh:
             return parent, int(fh.read())
     return parent, int(shares) or 1024
 

@@ -2,8 +2,9 @@
 mounted through fstab by /dev/mapper path, holding users' files (the kit's home_lvm
 fault). The storage stage adopts it without touching the disk: the data stays byte for
 byte (the seed's manifest), the volume and its XFS grow online into the volume group's
-free extents, the fstab line by path is reported with the UUID line it should be and is
-rewritten only when asked; a run after that changes nothing. An XFS that overlay2 cannot
+free extents, the fstab line by path gets nofail and the bounded device wait and keeps its
+path, is reported with the UUID line it should be and is rewritten by UUID only when asked;
+a run after that changes nothing. An XFS that overlay2 cannot
 use (ftype=0) is refused before any change.
 
 The ext4 volume goes through site.yml end to end in the e2e (kf-node-3 starts with it)."""
@@ -48,10 +49,14 @@ def test_adopts_a_delivered_xfs_home_grows_it_and_keeps_the_data(fresh_host):
     # The users' data, byte for byte (ownership, modes, hardlinks, the sparse file).
     now = tree("/home", "newdata")
     assert now == seeded, tree_diff(seeded, now)
-    # fstab by path: reported with the line by UUID, not rewritten.
-    assert sh("cat /etc/fstab").stdout == fstab_before
-    assert "mounts /home by path (/dev/mapper/vg0-lv_home /home xfs defaults 0 2); left as it is" in out, out[-4000:]
-    assert "UUID=%s /home xfs defaults 0 2" % uuid in out, out[-4000:]
+    # fstab by path: kept by path with nofail and the device wait (the sim inventory's 20 s),
+    # the rest of the line as it was; reported with the line by UUID.
+    boot = "defaults,nofail,x-systemd.device-timeout=20s"
+    assert sh("cat /etc/fstab").stdout == fstab_before.replace(
+        "/dev/mapper/vg0-lv_home /home xfs defaults 0 2", "/dev/mapper/vg0-lv_home /home xfs %s 0 2" % boot
+    )
+    assert "mounts /home by path (/dev/mapper/vg0-lv_home /home xfs defaults 0 2); kept by path" in out, out[-4000:]
+    assert "UUID=%s /home xfs %s 0 2" % (uuid, boot) in out, out[-4000:]
     assert "/home: vg0/lv_home adopted" in out and "ftype=1" in out, out[-4000:]
 
     # No run in between to show that the line by path, reported, is no change: the e2e's
@@ -62,7 +67,7 @@ def test_adopts_a_delivered_xfs_home_grows_it_and_keeps_the_data(fresh_host):
     proc, rec = stage("storage.yml", "-e", "storage_fstab_by_uuid=true")
     assert proc.returncode == 0 and rec["changed"] == 1, (rec, proc.stdout[-4000:])
     lines = [line.split() for line in sh("cat /etc/fstab").stdout.splitlines() if " /home " in line]
-    assert lines == [["UUID=%s" % uuid, "/home", "xfs", "defaults", "0", "2"]], lines
+    assert lines == [["UUID=%s" % uuid, "/home", "xfs", boot, "0", "2"]], lines
     proc, rec = stage("storage.yml", "-e", "storage_fstab_by_uuid=true")
     assert proc.returncode == 0 and rec["changed"] == 0, (rec, proc.stdout[-4000:])
     now = tree("/home", "newdata")

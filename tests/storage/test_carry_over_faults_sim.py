@@ -254,7 +254,7 @@ def test_sigkill_at_every_phase_then_rerun_loses_nothing(seeded_host, tmp_path):
     lines = state.splitlines()
     uuid = lines[2]
     assert lines[0].endswith(" xfs"), state
-    assert lines[1] == "UUID=%s /home xfs defaults 0 0" % uuid, state
+    assert lines[1] == "UUID=%s /home xfs defaults,nofail,x-systemd.device-timeout=20s 0 0" % uuid, state
     assert lines[3] == "switched" and "staging-gone" in state and "no-rsync" in state, state
     home_after = tree("/home", "newdata", ".kunlun-carry-over.json", "docker")
     assert home_after == home_before, tree_diff(home_before, home_after)

@@ -240,3 +240,15 @@ def test_bench_command_refuses_bad_concurrency(capsys):
     assert "concurrency values must be 1 or more" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["bench", "-i", "x", "--duration", "5", "--requests", "3"])
+
+
+def test_plan_and_stacks_refuse_bad_input_with_the_refusal_code(tmp_path, capsys):
+    # Every command refuses input it cannot use with 3 (docs/cli.md, exit codes); plan and
+    # stacks once exited 1 for it, the code of an error.
+    from kunlun_fleet import cli, runner
+
+    assert cli.main(["plan", "--concurrency", "10", "--results", str(tmp_path / "none.json")]) == runner.REFUSED
+    assert "no bench results" in capsys.readouterr().err
+    assert cli.main(["plan", "--results", str(tmp_path / "none.json")]) == runner.REFUSED
+    assert cli.main(["stacks", "-i", str(tmp_path / "no-inventory")]) == runner.REFUSED
+    assert "not a directory" in capsys.readouterr().err

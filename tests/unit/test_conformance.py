@@ -5,6 +5,7 @@ sim kit's reference outputs (all ok) and over copies with one format changed (ex
 
 import io
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -312,3 +313,34 @@ def test_the_cli_runs_it(collected, capsys):
     assert "(exit 0)" in capsys.readouterr().out
     assert cli.main(["conformance", str(collected / "nope"), "--json"]) == 3
     assert json.loads(capsys.readouterr().out)["exit_code"] == 3
+
+
+@pytest.mark.parametrize("how", ["../ in the name", "an absolute name", "a link at the name", "a linked host"])
+def test_an_entry_that_leads_out_of_dir_is_refused_naming_it(collected, tmp_path_factory, capsys, how):
+    """DIR comes from elsewhere (an operator's collection, sent in): nothing in it may make
+    conformance read a file outside DIR. Refused, exit 3, naming the entry and the fix."""
+    outside = tmp_path_factory.mktemp("outside")
+    shutil.copy(REFERENCE / "xpu-smi.txt", outside / "secret.txt")  # readable as xpu-smi's table
+    host = collected / "kf-node-2"
+    index = json.loads((host / "index.json").read_text())
+    (entry,) = [c for c in index["commands"] if c["file"] == "xpu-smi.txt"]
+    if how == "../ in the name":
+        entry["file"] = os.path.relpath(outside / "secret.txt", host)
+    elif how == "an absolute name":
+        entry["file"] = str(outside / "secret.txt")
+    elif how == "a link at the name":
+        (host / "xpu-smi.txt").unlink()
+        (host / "xpu-smi.txt").symlink_to(outside / "secret.txt")
+    else:
+        shutil.move(str(host), str(outside / "kf-node-2"))
+        host.symlink_to(outside / "kf-node-2")
+    if how in ("../ in the name", "an absolute name"):
+        (host / "index.json").write_text(json.dumps(index))
+    code, text = run(collected)
+    err = capsys.readouterr().err
+    assert code == 3 and text == "", text
+    assert "kf-node-2" in err and "status --collect DIR" in err, err
+    if how in ("../ in the name", "an absolute name"):
+        assert "index.json: the entry of %r names the file %r" % (entry["command"], entry["file"]) in err, err
+    else:
+        assert "is a link (to %s" % outside in err, err

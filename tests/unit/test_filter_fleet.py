@@ -26,6 +26,35 @@ def test_serving_address_then_ansible_host_then_the_name():
     }
 
 
+def test_worker_urls_in_the_workers_scheme():
+    addresses = {"a": "10.20.1.11", "b": "p800-a02.serving"}
+    assert fleet.fleet_worker_urls(addresses, 8000, "https") == {
+        "a": "https://10.20.1.11:8000",
+        "b": "https://p800-a02.serving:8000",
+    }
+    with pytest.raises(ValueError, match="the scheme is 'ftp'; it must be http or https"):
+        fleet.fleet_worker_urls(addresses, 8000, "ftp")
+
+
+def test_certificate_names_ip_or_dns_each_once():
+    # A serving host's: its address, then loopback for its own checks.
+    assert fleet.fleet_cert_sans(["10.20.1.11", "127.0.0.1", "localhost"]) == [
+        "IP:10.20.1.11",
+        "IP:127.0.0.1",
+        "DNS:localhost",
+    ]
+    assert fleet.fleet_cert_sans("p800-a01.serving.example") == ["DNS:p800-a01.serving.example"]
+    # IPv6, bracketed or not, in its canonical form; a name given twice once.
+    assert fleet.fleet_cert_sans(["[fd00::0011]", "fd00::11", "localhost", "localhost"]) == [
+        "IP:fd00::11",
+        "DNS:localhost",
+    ]
+    # Not an address: a DNS name (the registry's old rule took 10.0.0 for an IP).
+    assert fleet.fleet_cert_sans("10.0.0") == ["DNS:10.0.0"]
+    with pytest.raises(ValueError, match="an empty address"):
+        fleet.fleet_cert_sans(["10.0.0.1", " "])
+
+
 def test_the_endpoint_is_the_first_gateway_or_nothing():
     addresses = {"gw1": "10.0.0.1", "gw2": "10.0.0.2"}
     assert fleet.fleet_endpoint_url(["gw1", "gw2"], addresses, 8080) == "http://10.0.0.1:8080"

@@ -128,10 +128,13 @@ def test_config_scrapes_every_host_at_its_serving_address(tmp_path):
     assert config["global"]["scrape_interval"] == "15s"
     assert config["rule_files"] == ["/etc/prometheus/rules/*.yml"]
     assert found["vllm"] == [
-        ("10.20.1.11:8000", {"host": "p800-a01", "worker": "http://10.20.1.11:8000"}),
-        ("10.20.1.12:8000", {"host": "p800-a02", "worker": "http://10.20.1.12:8000"}),
-        ("10.20.1.13:8000", {"host": "p800-a03", "worker": "http://10.20.1.13:8000"}),
+        ("10.20.1.11:8000", {"host": "p800-a01", "worker": "https://10.20.1.11:8000"}),
+        ("10.20.1.12:8000", {"host": "p800-a02", "worker": "https://10.20.1.12:8000"}),
+        ("10.20.1.13:8000", {"host": "p800-a03", "worker": "https://10.20.1.13:8000"}),
     ]
+    # The workers serve TLS with the fleet CA's certificates: verified with its copy on the host.
+    vllm = [j for j in config["scrape_configs"] if j["job_name"] == "vllm"][0]
+    assert vllm["scheme"] == "https" and vllm["tls_config"] == {"ca_file": "/etc/kunlun-fleet/ca.crt"}, vllm
     assert found["router"] == [("10.20.0.5:8080", {"host": "gw-01"})]
     assert [j for j in config["scrape_configs"] if j["job_name"] == "router"][0]["scheme"] == "http"
     assert found["node"] == [
@@ -143,6 +146,17 @@ def test_config_scrapes_every_host_at_its_serving_address(tmp_path):
     ]
     assert found["prometheus"] == [("127.0.0.1:9090", {"host": "mon-01"})]
     assert "alerting" not in config
+
+
+def test_config_scrapes_plain_http_workers_without_tls(tmp_path):
+    """kunlun_stack_serving_tls false: the workers serve plain HTTP, scraped as such."""
+    text = render_config(kunlun_stack_serving_tls=False)
+    rc, out = check_config(tmp_path, text)
+    assert rc == 0, out + text
+    config, found = jobs(text)
+    vllm = [j for j in config["scrape_configs"] if j["job_name"] == "vllm"][0]
+    assert vllm["scheme"] == "http" and "tls_config" not in vllm, vllm
+    assert found["vllm"][0] == ("10.20.1.11:8000", {"host": "p800-a01", "worker": "http://10.20.1.11:8000"})
 
 
 def test_config_worker_label_is_the_gateways_worker_url():
@@ -175,7 +189,7 @@ def test_config_follows_ports_alertmanagers_and_a_gateway_that_serves(tmp_path):
                 gateway_port=8443,
                 gateway_tls_cert="-----BEGIN CERTIFICATE-----",
                 monitoring_alertmanagers=["10.20.0.7:9093"],
-                monitoring_listen_host="10.20.0.6",
+                monitoring_listen_host="::1",
                 monitoring_scrape_interval="30s",
             )
         ),
@@ -188,7 +202,7 @@ def test_config_follows_ports_alertmanagers_and_a_gateway_that_serves(tmp_path):
     # the endpoint has a certificate: its /metrics over https
     assert [j for j in config["scrape_configs"] if j["job_name"] == "router"][0]["scheme"] == "https"
     assert [t for t, _ in found["node"]] == ["10.20.1.11:9100", "10.20.1.12:9100", "10.20.1.13:9100"]
-    assert found["prometheus"] == [("10.20.0.6:9090", {"host": "p800-a01"})]
+    assert found["prometheus"] == [("[::1]:9090", {"host": "p800-a01"})]
     assert config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["10.20.0.7:9093"]
 
 
@@ -221,30 +235,98 @@ def args_of(text):
 def test_prometheus_arguments():
     assert args_of(render_role_template("prometheus.default.j2")) == [
         "--config.file=/etc/prometheus/prometheus.yml",
-        "--web.listen-address=0.0.0.0:9090",
+        "--web.listen-address=127.0.0.1:9090",
         "--storage.tsdb.retention.time=15d",
     ]
     assert args_of(
         render_role_template(
             "prometheus.default.j2",
-            monitoring_listen_host="::",
+            monitoring_listen_host="::1",
             monitoring_port=9091,
             monitoring_retention="30d",
             monitoring_extra_args=["--storage.tsdb.retention.size=200GB"],
         )
     ) == [
         "--config.file=/etc/prometheus/prometheus.yml",
-        "--web.listen-address=[::]:9091",
+        "--web.listen-address=[::1]:9091",
         "--storage.tsdb.retention.time=30d",
         "--storage.tsdb.retention.size=200GB",
     ]
 
 
-def test_node_exporter_arguments_name_the_textfile_directory():
+def test_node_exporter_arguments_name_the_textfile_directory_and_the_fleet_address():
+    # The host's fleet address (kunlun_stack_serving_addresses: mon-01's ansible_host), the one
+    # Prometheus scrapes, never every address.
     assert args_of(render_role_template("node-exporter.default.j2")) == [
         "--collector.textfile.directory=/var/lib/prometheus/node-exporter",
-        "--web.listen-address=:9100",
+        "--web.listen-address=10.20.0.6:9100",
     ]
+    # A serving host reached by name listens on its serving address.
+    assert "--web.listen-address=10.20.1.13:9100" in args_of(
+        render_role_template("node-exporter.default.j2", inventory_hostname="p800-a03")
+    )
+
+
+def test_node_exporter_address_set_in_the_inventory_is_the_one_scraped(tmp_path):
+    inventory = dict(INVENTORY)
+    inventory["hostvars"] = dict(
+        INVENTORY["hostvars"],
+        **{"gw-01": {"ansible_host": "10.20.0.5", "monitoring_node_exporter_listen_host": "fd00::5"}},
+    )
+    text = monitoring.render(monitoring.CONFIG_TEMPLATE, monitoring.role_variables(inventory))
+    rc, out = check_config(tmp_path, text)
+    assert rc == 0, out + text
+    assert [t for t, labels in jobs(text)[1]["node"] if labels["host"] == "gw-01"] == ["[fd00::5]:9100"]
+
+
+def _assert_task(entry, name):
+    (task,) = [t for t in tasks(entry) if t["name"] == name]
+    return task["ansible.builtin.assert"]["that"]
+
+
+def _holds(that, **variables):
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    templar = Templar(
+        loader=DataLoader(), variables=monitoring._trust(monitoring.role_variables(dict(INVENTORY, **variables)))
+    )
+    return templar.template(trust_as_template("{{ %s }}" % that))
+
+
+@pytest.mark.parametrize(
+    "address, allowed",
+    [
+        ("127.0.0.1", True),
+        ("::1", True),
+        ("127.0.1.1", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("", False),
+        ("10.20.0.6", False),
+        ("127.0.0.1.example", False),
+    ],
+)
+def test_prometheus_listens_on_loopback_only(address, allowed):
+    """Prometheus's UI and API have no authentication: the role refuses any address but
+    loopback, before any change (the way in is an SSH tunnel, docs/monitoring.md)."""
+    that = _assert_task("main.yml", "Monitoring | Prometheus listens on loopback only")
+    assert _holds(that, monitoring_listen_host=address) is allowed
+    names = [t["name"] for t in tasks("main.yml")]
+    assert names.index("Monitoring | Prometheus listens on loopback only") < names.index(
+        "Monitoring | Prometheus (the distribution's package)"
+    )
+
+
+@pytest.mark.parametrize(
+    "address, allowed",
+    [(None, True), ("10.20.9.9", True), ("fd00::5", True), ("", False), ("0.0.0.0", False), ("::", False)],
+)
+def test_node_exporter_never_listens_on_every_address(address, allowed):
+    that = _assert_task("exporters.yml", "Exporters | node-exporter listens on one address")
+    extra = {} if address is None else {"monitoring_node_exporter_listen_host": address}
+    assert _holds(that, **extra) is allowed
 
 
 def units(unit):

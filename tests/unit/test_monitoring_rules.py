@@ -29,6 +29,7 @@ ALERTS = {
     "KunlunTtftP99High",
     "KunlunThroughputLow",
     "KunlunDataVolumeNearlyFull",
+    "KunlunDataVolumeNotMounted",
     "KunlunCertificateExpiresSoon",
     "KunlunCertificateUnreadable",
     # the engine watchdog's verdicts (kunlun-watchdog on the gateway hosts)
@@ -105,6 +106,12 @@ def test_the_expressions_say_what_the_issue_asks(rules):
     assert "vllm:num_requests_running" in expr["KunlunThroughputLow"]
     assert 'mountpoint="/home"' in expr["KunlunDataVolumeNearlyFull"] and "< 0.1" in expr["KunlunDataVolumeNearlyFull"]
     assert durations["KunlunDataVolumeNearlyFull"] == "10m"
+    # A serving host up whose data volume is not mounted (a data disk failed at boot: nofail).
+    assert expr["KunlunDataVolumeNotMounted"] == (
+        'up{job="node", xpu_server="true"} == 1 unless on (host) '
+        'node_filesystem_size_bytes{job="node", mountpoint="/home"}'
+    )
+    assert durations["KunlunDataVolumeNotMounted"] == "5m"
     # 14 days ahead (the issue's margin), for an hour.
     assert expr["KunlunCertificateExpiresSoon"] == "kunlun_cert_not_after_timestamp_seconds - time() < 14 * 86400"
     assert durations["KunlunCertificateExpiresSoon"] == "1h"
@@ -169,6 +176,8 @@ def test_thresholds_are_the_role_variables():
     assert "< 55" in rules["KunlunThroughputLow"]["expr"]
     assert rules["KunlunTtftP99High"]["expr"].strip().endswith("> 4")
     assert 'mountpoint="/data"' in rules["KunlunDataVolumeNearlyFull"]["expr"]
+    assert 'mountpoint="/data"' in rules["KunlunDataVolumeNotMounted"]["expr"]
+    assert "systemctl status /data" in rules["KunlunDataVolumeNotMounted"]["annotations"]["description"]
     assert "> 7)" in rules["KunlunRequestsWaitingGrowing"]["expr"]
     assert "> 120" in rules["KunlunXpuExporterDown"]["expr"] and "> 120" in rules["KunlunGatewayDown"]["expr"]
     assert "> 90" in rules["KunlunWatchdogNotRunning"]["expr"] and rules["KunlunWatchdogNotRunning"]["for"] == "30s"

@@ -21,7 +21,7 @@ ROLES = ROOT / "roles"
 OS_VARS_TASKS = ROLES / "kunlun_stack" / "tasks" / "os_vars.yml"
 # The roles that install distribution packages or rely on the distribution's paths
 # (docs/platforms.md's table). A role added to it, or losing its files, fails here.
-OS_ROLES = {"storage", "engine", "driver", "ca_trust", "image", "gateway", "monitoring", "serve"}
+OS_ROLES = {"storage", "engine", "driver", "ca_trust", "image", "gateway", "monitoring", "serve", "firewall"}
 OS_FILES = ("Debian.yml", "Ubuntu.yml")
 FACTS = {
     "debian12": {

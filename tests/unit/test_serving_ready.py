@@ -152,6 +152,41 @@ def base_args(fake, **over):
     return args
 
 
+@pytest.fixture()
+def tls_fake(tmp_path):
+    """The fake server over TLS, with a certificate for 127.0.0.1 from a CA of the test (as
+    a serving host's from the fleet CA): (state, the CA file)."""
+    import ssl
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "artifacts"))
+    from standin_helpers import issue_cert, make_ca
+
+    ca = make_ca(tmp_path, "kf serving_ready test CA")
+    key, cert = issue_cert(ca, tmp_path)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(cert), str(key))
+    state = Fake()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(state))
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    state.url = "https://127.0.0.1:%d" % server.server_address[1]
+    yield state, str(ca["file"])
+    server.shutdown()
+    server.server_close()
+
+
+def test_https_server_verified_with_the_ca_file_alone(tls_fake):
+    state, ca_file = tls_fake
+    failed, result = run(base_args(state, ca_file=ca_file))
+    assert not failed and result["ready"] and result["completion_text"] == "Hello from the sea.", result
+    # Without it, the system's store does not know that CA: never ready, and the reason says why.
+    failed, result = run(base_args(state, timeout=1))
+    assert failed and "CERTIFICATE_VERIFY_FAILED" in result["msg"], result["msg"]
+
+
 def closed_port_url():
     import socket
 

@@ -30,6 +30,7 @@ from module_docs import documented_spec  # noqa: E402
 
 from kunlun_fleet import cli, runner, status, support  # noqa: E402
 from plugins.filter.serving import FilterModule  # noqa: E402
+from plugins.filter.systemd import systemd_quote  # noqa: E402
 
 PINS = stack_pins()
 SERVE = yaml.safe_load((ROOT / "roles/serve/defaults/main.yml").read_text())
@@ -90,7 +91,7 @@ def render_serve_unit(image_id=CURRENT, **overrides):
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(ROOT / "roles/serve/templates")), extensions=["jinja2.ext.do"]
     )
-    env.filters.update(FilterModule().filters())
+    env.filters.update(FilterModule().filters(), systemd_quote=systemd_quote)
     values = dict(
         SERVE,
         ansible_managed="Ansible managed",
@@ -120,7 +121,7 @@ def test_the_serving_unit_names_its_image_by_id_not_by_the_tag_that_chose_it():
 
 def render_gateway_unit(workers):
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(ROOT / "roles/gateway/templates")))
-    env.filters["quote"] = lambda s: "'%s'" % s
+    env.filters["systemd_quote"] = systemd_quote
     values = dict(
         GATEWAY, ansible_managed="Ansible managed", gateway_router_version="0.1.17", gateway_worker_urls=workers
     )
@@ -169,6 +170,11 @@ def host_root(tmp_path):
         "42 22 0:50 / /mnt/with\\040space rw - tmpfs tmpfs rw\n"
     )
     (tmp_path / "proc/uptime").write_text("4600.25 9000.00\n")
+    (tmp_path / "etc/fstab").write_text(
+        "# /etc/fstab\nUUID=4d2a / ext4 errors=remount-ro 0 1\n"
+        "UUID=0b9c /home xfs defaults,nofail,x-systemd.device-timeout=90s 0 0\n"
+        "UUID=77aa /data\\040set xfs defaults 0 0\n"
+    )
     (tmp_path / "etc/ansible/facts.d/xpu.fact").write_text(json.dumps(facts()))
     (tmp_path / "etc/systemd/system/kunlun-serve.service").write_text(render_serve_unit())
     (tmp_path / "etc/kunlun-serve/image").write_text(CURRENT + "\n")
@@ -178,6 +184,7 @@ def host_root(tmp_path):
 def params(root, **over):
     p = {
         "mount_point": "/home",
+        "fstab": str(root / "etc/fstab"),
         "service": "kunlun-serve",
         "unit_file": str(root / "etc/systemd/system/kunlun-serve.service"),
         "config_dir": str(root / "etc/kunlun-serve"),
@@ -223,9 +230,15 @@ def test_mountinfo_takes_the_top_mount_and_unescapes():
     assert host_status.parse_mountinfo(info, "/mnt/with space") == {"fstype": "tmpfs", "source": "tmp fs"}
 
 
+def volume(host_root, mount_point, **kw):
+    kw.setdefault("statvfs", lambda p: Stat)
+    return host_status.read_volume(
+        mount_point, str(host_root / "proc/mountinfo"), fstab=str(host_root / "etc/fstab"), **kw
+    )
+
+
 def test_volume_size_and_free(host_root):
-    found = host_status.read_volume("/home", str(host_root / "proc/mountinfo"), statvfs=lambda p: Stat)
-    assert found == {
+    assert volume(host_root, "/home") == {
         "mount_point": "/home",
         "mounted": True,
         "source": "/dev/mapper/data-home",
@@ -233,20 +246,60 @@ def test_volume_size_and_free(host_root):
         "size_bytes": 4096000,
         "free_bytes": 1024000,
         "free_pct": 25.0,
+        "fstab": "UUID=0b9c /home xfs defaults,nofail,x-systemd.device-timeout=90s 0 0",
+        "mount_unit": "home.mount",
         "error": "",
     }
 
 
 def test_volume_not_mounted_or_missing(host_root):
-    found = host_status.read_volume("/data", str(host_root / "proc/mountinfo"), statvfs=lambda p: Stat)
-    assert not found["mounted"] and found["size_bytes"] == 4096000
-    assert found["error"] == "nothing mounted at /data (it is on the filesystem below it)"
+    # No fstab line either: the storage stage never ran.
+    found = volume(host_root, "/srv")
+    assert not found["mounted"] and found["size_bytes"] == 4096000 and found["fstab"] is None
+    assert found["error"] == "nothing mounted at /srv and no fstab line for it (it is on the filesystem below it)"
 
     def gone(path):
         raise FileNotFoundError(2, "No such file or directory", path)
 
-    found = host_status.read_volume("/data", str(host_root / "proc/mountinfo"), statvfs=gone)
-    assert found["size_bytes"] is None and found["error"] == "unreadable: No such file or directory (/data)"
+    found = volume(host_root, "/srv", statvfs=gone)
+    assert found["size_bytes"] is None and found["error"] == "unreadable: No such file or directory (/srv)"
+
+
+def test_volume_in_fstab_but_not_mounted_names_its_line(host_root):
+    """A data disk that failed at boot: fstab mounts the volume (nofail let the host boot),
+    nothing is mounted there. The line, and where to look, are named."""
+    (host_root / "proc/mountinfo").write_text(
+        "22 1 259:2 / / rw,relatime shared:1 - ext4 /dev/nvme0n1p2 rw\n42 22 0:50 / /data\\040set rw - tmpfs tmpfs rw\n"
+    )
+    found = volume(host_root, "/home")
+    assert not found["mounted"] and found["source"] is None
+    assert found["fstab"] == "UUID=0b9c /home xfs defaults,nofail,x-systemd.device-timeout=90s 0 0"
+    assert found["error"] == (
+        "nothing mounted at /home: fstab mounts it (UUID=0b9c /home xfs defaults,nofail,x-systemd.device-timeout=90s "
+        "0 0) but it is not mounted; its device did not appear at boot (a data disk failed or missing?): check pvs, "
+        "lvs -a -o +devices and journalctl -b -u home.mount"
+    )
+    # The last line for a mount point counts (mount -a takes them in order); escapes read.
+    assert host_status.fstab_line("/dev/sdb1 /home ext4 defaults 0 2\nUUID=1 /home/ xfs defaults 0 0\n", "/home") == (
+        "UUID=1 /home/ xfs defaults 0 0"
+    )
+    assert volume(host_root, "/data set")["fstab"] == "UUID=77aa /data\\040set xfs defaults 0 0"
+    assert volume(host_root, "/data set")["mounted"] is True
+
+
+@pytest.mark.parametrize(
+    "path, unit",
+    [
+        ("/home", "home.mount"),
+        ("/", "-.mount"),
+        ("/srv/data-1", "srv-data\\x2d1.mount"),
+        ("/mnt/.x", "mnt-.x.mount"),
+        ("/.hidden", "\\x2ehidden.mount"),
+        ("/a b/", "a\\x20b.mount"),
+    ],
+)
+def test_mount_unit_names_as_systemd_escape_gives_them(path, unit):
+    assert host_status.mount_unit_name(path) == unit
 
 
 # ---------------------------------------------------------------- driver facts
@@ -292,7 +345,13 @@ def test_driver_facts_missing_or_unreadable(tmp_path, content, state, error):
 # ---------------------------------------------------------------- the serving unit
 def test_the_serve_roles_unit_gives_image_model_and_port(host_root):
     found = host_status.read_unit(str(host_root / "etc/systemd/system/kunlun-serve.service"))
-    assert found == {"image": CURRENT, "model": MODEL, "port": PINS["kunlun_stack_serving"]["port"], "error": ""}
+    assert found == {
+        "image": CURRENT,
+        "model": MODEL,
+        "port": PINS["kunlun_stack_serving"]["port"],
+        "tls": False,
+        "error": "",
+    }
 
 
 def test_unit_with_another_port_and_an_added_flag(tmp_path):
@@ -305,8 +364,38 @@ def test_unit_with_another_port_and_an_added_flag(tmp_path):
         "image": "kunlun-serving:current",
         "model": MODEL,
         "port": 8100,
+        "tls": False,
         "error": "",
     }
+
+
+def test_unit_serving_tls_is_read_over_https_with_the_ca_file(tmp_path):
+    """A unit whose flags name a certificate (kunlun_stack_serving_tls) serves TLS: the
+    requests are read from https://127.0.0.1:<port>/metrics, verified with ca_file alone."""
+    import ssl
+
+    sys.path.insert(0, str(ROOT / "tests" / "artifacts"))
+    from standin_helpers import issue_cert, make_ca
+
+    tls = {"ssl_keyfile": "/etc/kunlun-serve/tls/server.key", "ssl_certfile": "/etc/kunlun-serve/tls/server.crt"}
+    unit = tmp_path / "u.service"
+    unit.write_text(render_serve_unit(kunlun_stack_serving_effective=dict(PINS["kunlun_stack_serving"], **tls)))
+    assert host_status.read_unit(str(unit))["tls"] is True
+    ca = make_ca(tmp_path / "ca")
+    key, cert = issue_cert(ca, tmp_path / "ca")
+    server, port = serve_http({"/metrics": (200, METRICS)})
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(cert), str(key))
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    try:
+        found = host_status.read_requests(port, 5, tls=True, ca_file=str(ca["file"]))
+        assert found == {"requests_running": 5, "requests_waiting": 1, "error": ""}, found
+        # Without the CA (the system's store alone) the read says why it failed.
+        found = host_status.read_requests(port, 5, tls=True)
+        assert found["error"].startswith("unreadable: https://127.0.0.1:%d/metrics: " % port), found
+        assert "CERTIFICATE_VERIFY_FAILED" in found["error"], found
+    finally:
+        server.shutdown()
 
 
 def test_unit_missing_or_not_docker(tmp_path):
@@ -760,6 +849,36 @@ def test_unreachable_wins_the_exit_code_and_a_failed_read_is_unhealthy():
     assert doc["exit_code"] == 4
 
 
+def test_a_data_volume_not_mounted_is_unhealthy_and_says_which_line():
+    """A host whose data disk failed at boot: up and reachable (nofail), nothing mounted at
+    /home, so nothing serves; the first reason names the fstab line and where to look."""
+    res = ok_result(active="inactive", worker=W["kf-node-1"])
+    line = "UUID=0b9c /home xfs defaults,nofail,x-systemd.device-timeout=90s 0 0"
+    res["volume"] = dict(res["volume"], mounted=False, source=None, fstype=None, fstab=line, mount_unit="home.mount")
+    # What statvfs read is the root disk's: its free space is no warning about the volume.
+    res["volume"].update(error="nothing mounted at /home: ...", free_pct=3.0)
+    row = status.build_row("kf-node-1", state_of(fleet_events({"kf-node-1": res})), {}, None)
+    assert row["reasons"] == [
+        "data volume not mounted at /home (fstab: %s): its device did not appear at boot, a data disk failed or "
+        "missing? Check pvs, lvs -a -o +devices, journalctl -b -u home.mount" % line,
+        "kunlun-serve.service is inactive",
+    ]
+    assert row["warnings"] == [], "said once, as the reason"
+    assert status.cells(row)[3].startswith("(no mount) ")
+    # No fstab line: the storage stage has not run there.
+    res["volume"].update(fstab=None)
+    row = status.build_row("kf-node-1", state_of(fleet_events({"kf-node-1": res})), {}, None)
+    assert (
+        row["reasons"][0]
+        == "data volume not mounted at /home and no fstab line for it (the storage stage has not run here)"
+    )
+    # A read that failed is not a missing volume: a warning, as before.
+    res["volume"].update(error="unreadable: Permission denied (/proc/self/mountinfo)", free_pct=97.3)
+    row = status.build_row("kf-node-1", state_of(fleet_events({"kf-node-1": res})), {}, None)
+    assert row["reasons"] == ["kunlun-serve.service is inactive"]
+    assert row["warnings"] == ["/home: unreadable: Permission denied (/proc/self/mountinfo)"]
+
+
 def test_no_driver_facts_is_unhealthy():
     res = ok_result(worker=W["kf-node-1"])
     res["driver"] = {"state": "absent", "error": "no driver facts (/etc/ansible/facts.d/xpu.fact is missing: ...)"}
@@ -980,6 +1099,10 @@ def test_the_playbook_only_reads():
                     "http://{{ status_prometheus }}/api/v1/alerts",
                 ), task[action]["url"]
                 assert play["vars"]["status_router"].startswith("{{ gateway_router_host | default('127.0.0.1') }}:")
+                # Prometheus listens on the monitoring host's loopback (the monitoring role's default).
+                assert play["vars"]["status_prometheus"].startswith(
+                    "{{ (monitoring_listen_host | default('127.0.0.1'))"
+                )
             if action in ("ansible.builtin.slurp", "ansible.builtin.find"):
                 assert task["changed_when"] is False
             if task["name"].startswith("Status | The watchdog's evidence"):
@@ -1056,7 +1179,7 @@ def local_fleet(tmp_path, monkeypatch):
     # One local server is both kf-a's vLLM (/metrics) and the router (/list_workers, which
     # lists kf-a at the serving port: kf-b is not listed).
     box = {}
-    workers = lambda: json.dumps({"urls": ["http://10.9.0.1:%d" % box["port"]]})  # noqa: E731
+    workers = lambda: json.dumps({"urls": ["https://10.9.0.1:%d" % box["port"]]})  # noqa: E731
     server, port = serve_http({"/metrics": (200, METRICS), "/list_workers": (200, workers)})
     box["port"] = port
     inv = tmp_path / "inv"
@@ -1092,6 +1215,8 @@ def local_fleet(tmp_path, monkeypatch):
                 "kunlun_stack_serving": dict(PINS["kunlun_stack_serving"], port=port),
                 "gateway_router_port": port,
                 "gateway_watchdog_state_dir": str(tmp_path / "watchdog"),
+                # The data volume: a mount point this machine has (its /home may be no mount).
+                "storage_mount_point": "/",
             }
         )
     )

@@ -176,7 +176,9 @@ def test_background_lanes_run_beside_the_phases_at_a_lower_priority(tmp_path, mo
         assert bg[3].endswith("/" + suites.BACKGROUND_CGROUP), bg
         assert p1[3] == own, (p1, own)
     else:
-        assert os.geteuid() != 0 or not os.path.isdir("/sys/fs/cgroup/cpu"), "no CPU group made as root"
+        from kunlun_fleet.sim import cpu_groups
+
+        assert os.geteuid() != 0 or cpu_groups.version() is None, "no CPU group made as root"
     assert beside[0].result["cpu"] >= 0.5 and phase1[0].result["cpu"] < 0.4
     out = capsys.readouterr().out
     assert "phase 1: " in out and "lane local (beside): " in out and "machine " in out
@@ -310,3 +312,37 @@ def test_sim_host_cpu_sums_each_host_over_its_containers(tmp_path, monkeypatch):
     total, per = sampler.finish()
     assert total == 6.0
     assert per == {"kf-node-4": 5.0, "kf-node-1": 1.0}
+
+
+def _fake_hierarchy(root, kind):
+    """A CPU hierarchy's control files as the kernel shows them, in a plain directory."""
+    if kind == 1:
+        (root / "cpu").mkdir()
+        (root / "cpu" / "cpu.shares").write_text("1024\n")
+    else:
+        (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+        (root / "cgroup.subtree_control").write_text("memory pids\n")
+
+
+def test_cpu_groups_on_cgroup_v1_and_v2(tmp_path):
+    from kunlun_fleet.sim import cpu_groups
+
+    v1, v2, none = tmp_path / "v1", tmp_path / "v2", tmp_path / "none"
+    for path in (v1, v2, none):
+        path.mkdir()
+    _fake_hierarchy(v1, 1)
+    _fake_hierarchy(v2, 2)
+    assert [cpu_groups.version(str(p)) for p in (v1, v2, none)] == [1, 2, None]
+    # v1: cpu.shares as asked, under the cpu controller's mount.
+    assert cpu_groups.make("bg", 384, str(v1)) == ("/bg", str(v1 / "cpu" / "bg" / "cgroup.procs"))
+    assert (v1 / "cpu" / "bg" / "cpu.shares").read_text() == "384"
+    # v2: the cpu controller enabled for the top's children, the same fraction of the
+    # default weight (384/1024 of 100), the group at the top of the hierarchy.
+    assert cpu_groups.make("bg", 384, str(v2)) == ("/bg", str(v2 / "bg" / "cgroup.procs"))
+    assert (v2 / "cgroup.subtree_control").read_text() == "+cpu"
+    assert (v2 / "bg" / "cpu.weight").read_text() == "38"
+    assert cpu_groups.weight_v2(128) == 12 and cpu_groups.weight_v2(1024) == 100
+    # A v2 hierarchy without the cpu controller, or none at all: no group (nice alone).
+    (v2 / "cgroup.controllers").write_text("memory pids\n")
+    assert cpu_groups.make("other", 384, str(v2)) is None
+    assert cpu_groups.make("bg", 384, str(none)) is None

@@ -9,6 +9,7 @@ import base64
 import io
 import json
 import os
+import stat
 import sys
 import tarfile
 from pathlib import Path
@@ -327,3 +328,51 @@ def test_no_watchdog_on_any_gateway_leaves_nothing(tmp_path):
     for states, evidence in ((None, None), ([], []), (absent, [])):
         index = support.write_watchdog(tmp_path, states, evidence, ["kf-node-1"])
         assert index["evidence"] == [] and not (tmp_path / "watchdog").exists()
+
+
+class _CollectedRun:
+    """The status run support-bundle reads (kunlun_fleet.status.read_fleet's second value):
+    one host's collected output, the run's masker."""
+
+    def __init__(self, base, masker):
+        self.dir = base / "reports" / "runs" / "support"
+        self.dir.mkdir(parents=True)
+        self.summary, self.masker, self.inventory = {}, masker, str(base / "inv")
+        output = {"name": "journal-tail.txt", "command": "journalctl -n 200", "rc": 0, "stdout": "a log line\n"}
+        self.state = {"outputs": {"h1": {"outputs": [output]}}}
+
+
+def test_the_bundle_is_private_from_its_first_byte(tmp_path, monkeypatch):
+    """The archive is written 0600 whatever the umask, from its creation on (not made
+    readable to everyone, then narrowed), and never through a link at its .partial name."""
+    archive = tmp_path / "out" / "b.tar.gz"
+    archive.parent.mkdir()
+    partial = archive.with_name("b.tar.gz.partial")
+    victim = tmp_path / "elsewhere.txt"
+    victim.write_text("not the bundle\n")
+    victim.chmod(0o644)
+    partial.symlink_to(victim)  # as a local user could plant it in a shared reports/ directory
+    doc = {"hosts": [{"host": "h1", "error": None}]}
+    monkeypatch.setattr(
+        support.status, "read_fleet", lambda *a, **k: (0, _CollectedRun(tmp_path, runner.Masker()), doc)
+    )
+    monkeypatch.setattr(support.status, "render_table", lambda doc: "the table\n")
+    monkeypatch.setattr(support.status, "render_json", lambda doc: "{}\n")
+    modes, add = [], tarfile.TarFile.add
+
+    def recording_add(self, *args, **kwargs):  # the mode while the first members are written
+        modes.append(stat.S_IMODE(os.lstat(partial).st_mode))
+        return add(self, *args, **kwargs)
+
+    monkeypatch.setattr(tarfile.TarFile, "add", recording_add)
+    umask = os.umask(0o022)
+    try:
+        code = support.run(str(tmp_path / "inv"), output=str(archive), base=tmp_path, out=io.StringIO())
+    finally:
+        os.umask(umask)
+    assert code == runner.OK
+    assert modes and set(modes) == {0o600}, modes
+    assert stat.S_IMODE(archive.stat().st_mode) == 0o600 and not os.path.lexists(partial)
+    assert victim.read_text() == "not the bundle\n" and stat.S_IMODE(victim.stat().st_mode) == 0o644
+    with tarfile.open(archive) as tar:
+        assert "b/hosts/h1/journal-tail.txt" in tar.getnames()

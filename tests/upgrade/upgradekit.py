@@ -61,7 +61,7 @@ def endpoint():
 def ask(url, model, key):
     import openai
 
-    client = openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=2, timeout=120)
+    client = openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=120)
     return client.completions.create(model=model, prompt="Hi", max_tokens=8).choices[0].text
 
 

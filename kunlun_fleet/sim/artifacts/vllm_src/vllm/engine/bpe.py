@@ -9,8 +9,9 @@ byte-to-unicode mapping, BPE merges, ByteLevel decoder), so any client loads it 
 This module holds both halves:
 - `train(words)`: the merges that make each word of a small vocabulary one token
   (classic BPE training, ties broken by the pair's text: deterministic);
-- `Encoder`: counts tokens of a text with a tokenizer.json's merges and added tokens, as
-  the `tokenizers` library does. Qwen's regex uses Unicode classes (\\p{L}, \\p{N},
+- `Encoder`: counts and encodes tokens of a text with a tokenizer.json's merges and added
+  tokens, and decodes ids, as the `tokenizers` library does (its ByteLevel decoder: the
+  added tokens as their text, invalid UTF-8 as U+FFFD). Qwen's regex uses Unicode classes (\\p{L}, \\p{N},
   \\p{M}) that Python's `re` lacks: letters are `[^\\W\\d_]`, numbers `\\d`; identical for
   ASCII text, an approximation for rare scripts.
 """
@@ -155,7 +156,7 @@ def tokenizer_json(words, special_tokens) -> dict:
 
 
 class Encoder:
-    """Token counts of a byte-level BPE tokenizer.json (model, merges, added tokens)."""
+    """Token counts, ids and texts of a byte-level BPE tokenizer.json (model, merges, added tokens)."""
 
     def __init__(self, data: dict):
         model = data["model"]
@@ -164,14 +165,18 @@ class Encoder:
         for rank, m in enumerate(merges):
             pair = tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m)
             self.ranks.setdefault(pair, rank)
-        specials = sorted((t["content"] for t in data.get("added_tokens") or []), key=len, reverse=True)
+        self.vocab = model.get("vocab") or {}
+        self.added = {t["content"]: t["id"] for t in data.get("added_tokens") or []}
+        specials = sorted(self.added, key=len, reverse=True)
         self.split = re.compile("(" + "|".join(map(re.escape, specials)) + ")") if specials else None
         self.cache = {}
+        self.pieces = None  # id -> token string, built on the first decode
 
-    def _bpe(self, piece: str) -> int:
-        n = self.cache.get(piece)
-        if n is not None:
-            return n
+    def _symbols(self, piece: str) -> tuple:
+        """The piece's byte-level symbols after the merges (each one token)."""
+        seq = self.cache.get(piece)
+        if seq is not None:
+            return seq
         seq = list(to_byte_level(piece))
         while len(seq) > 1:
             ranked = [(self.ranks.get(p), i) for i, p in enumerate(zip(seq, seq[1:], strict=False)) if p in self.ranks]
@@ -187,18 +192,65 @@ class Encoder:
                     out.append(seq[j])
                     j += 1
             seq = out
+        seq = tuple(seq)
         if len(self.cache) < 200000:
-            self.cache[piece] = len(seq)
-        return len(seq)
+            self.cache[piece] = seq
+        return seq
 
-    def count(self, text: str) -> int:
-        total = 0
+    def _bpe(self, piece: str) -> int:
+        return len(self._symbols(piece))
+
+    def _parts(self, text: str):
+        """(is an added token, text) in order: the added tokens split out first."""
         parts = self.split.split(text) if self.split else [text]
         for k, part in enumerate(parts):
             if self.split and k % 2 == 1:
+                yield True, part
+            elif part:
+                yield False, unicodedata.normalize("NFC", part)
+
+    def count(self, text: str) -> int:
+        total = 0
+        for added, part in self._parts(text):
+            if added:
                 total += 1  # an added (special) token
-                continue
-            if part:
-                part = unicodedata.normalize("NFC", part)
+            else:
                 total += sum(self._bpe(m.group(0)) for m in PRETOKENIZE.finditer(part))
         return total
+
+    def encode(self, text: str):
+        """(ids, token strings) of `text`: each symbol's id in the vocabulary (the strings in
+        their byte-level form, as `tokenizers` shows them: "Ġw"), an added token's own id."""
+        ids, strs = [], []
+        for added, part in self._parts(text):
+            if added:
+                ids.append(self.added[part])
+                strs.append(part)
+                continue
+            for m in PRETOKENIZE.finditer(part):
+                for sym in self._symbols(m.group(0)):
+                    ids.append(self.vocab[sym])
+                    strs.append(sym)
+        return ids, strs
+
+    def decode(self, ids) -> str:
+        """The text of `ids`: an id the vocabulary lacks is left out, an added token is its
+        own text, the bytes of the others are decoded as UTF-8 (U+FFFD where invalid)."""
+        if self.pieces is None:
+            self.pieces = {i: t for t, i in self.vocab.items()}
+            self.pieces.update({i: t for t, i in self.added.items()})
+        byte_of = {c: b for b, c in BYTE_CHARS.items()}
+        added_ids = set(self.added.values())
+        out, buf = [], bytearray()
+        for i in ids:
+            tok = self.pieces.get(i)
+            if tok is None:
+                continue
+            if i in added_ids:
+                out.append(buf.decode("utf-8", "replace"))
+                buf = bytearray()
+                out.append(tok)
+            else:
+                buf.extend(byte_of[c] for c in tok)
+        out.append(buf.decode("utf-8", "replace"))
+        return "".join(out)

@@ -334,12 +334,31 @@ class Tokenizer:
             return specials + len(re.findall(r"\w+|[^\w\s]+", text))
         return specials + (len(text.encode("utf-8")) + 3) // 4
 
-    def chat(self, messages) -> str:
+    def encode(self, text: str):
+        """(ids, token strings) of `text` (/tokenize): the byte-level BPE's (bpe.Encoder); a
+        word-level vocabulary's words; otherwise none."""
+        if self.bpe is not None:
+            return self.bpe.encode(text)
+        if self.word_level:
+            words = [w for w in re.findall(r"\w+|[^\w\s]+", text) if isinstance(self.vocab.get(w), int)]
+            return [self.vocab[w] for w in words], words
+        return [], []
+
+    def decode(self, ids) -> str:
+        """The text of token ids (/detokenize): the byte-level BPE's (bpe.Encoder); a
+        word-level vocabulary's words joined by spaces."""
+        if self.bpe is not None:
+            return self.bpe.decode(ids)
+        words = {i: w for w, i in self.vocab.items()}
+        return " ".join(words[i] for i in ids if i in words)
+
+    def chat(self, messages, add_generation_prompt=True) -> str:
         parts = []
         for m in messages or []:
             content = m.get("content")
             if isinstance(content, list):
                 content = " ".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
             parts.append(f"<|im_start|>{m.get('role', 'user')}\n{content or ''}<|im_end|>\n")
-        parts.append("<|im_start|>assistant\n")
+        if add_generation_prompt:
+            parts.append("<|im_start|>assistant\n")
         return "".join(parts)

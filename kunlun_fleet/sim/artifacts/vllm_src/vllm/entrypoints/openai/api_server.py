@@ -14,18 +14,24 @@ arguments, check the visible devices against the parallel size, load the weights
 
 import asyncio
 import email.utils
-import json
 import os
 import signal
 import socket
 import time
 import uuid
-from urllib.parse import urlsplit
 
 from vllm.engine import model_check
 from vllm.engine.memory import MemoryModel
 from vllm.engine.metrics import Metrics
 from vllm.engine.pacing import WORDS, Engine, Sequence, env_float
+from vllm.entrypoints.errors import (
+    HTTPError,
+    VLLMValidationError,
+    dumps,
+    error_body,
+    invalid,
+    request_invalid,
+)
 from vllm.entrypoints.openai.cli_args import (
     DEFAULTS,
     FlexibleArgumentParser,
@@ -33,6 +39,8 @@ from vllm.entrypoints.openai.cli_args import (
     validate_api_server_args,
     validate_parsed_serve_args,
 )
+from vllm.entrypoints.routes import LOGGED_ROUTES, ServeRoutes
+from vllm.entrypoints.ssl import SSLCertRefresher, server_ssl_context
 from vllm.logger import init_logger, uvicorn_log
 from vllm.platforms import current_platform
 from vllm.version import __version__ as VLLM_VERSION
@@ -41,58 +49,18 @@ logger = init_logger("vllm.entrypoints.openai.api_server")
 
 REASONS = {
     200: "OK",
+    307: "Temporary Redirect",
     400: "Bad Request",
     401: "Unauthorized",
     404: "Not Found",
     405: "Method Not Allowed",
+    408: "Request Timeout",
     413: "Request Entity Too Large",
     500: "Internal Server Error",
     503: "Service Unavailable",
 }
-ROUTES = [
-    ("/openapi.json", "GET, HEAD"),
-    ("/docs", "GET, HEAD"),
-    ("/docs/oauth2-redirect", "GET, HEAD"),
-    ("/redoc", "GET, HEAD"),
-    ("/health", "GET"),
-    ("/load", "GET"),
-    ("/ping", "GET, POST"),
-    ("/version", "GET"),
-    ("/v1/models", "GET"),
-    ("/v1/chat/completions", "POST"),
-    ("/v1/completions", "POST"),
-    ("/metrics", "GET"),
-]
-
-
-def dumps(obj) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-
-
-def error_body(message: str, err_type: str = "BadRequestError", code: int = 400, param=None):
-    return {"error": {"message": message, "type": err_type, "param": param, "code": code}}
-
-
-def invalid(message: str, parameter: str, value):
-    """vllm 0.15.1's VLLMValidationError as its create_error_response answers it
-    (vllm/exceptions.py, entrypoints/openai/engine/serving.py): the parameter is the
-    error's param, and the message ends with it and the value."""
-    return error_body(f"{message} (parameter={parameter}, value={value})", param=parameter)
-
-
-def request_invalid(kind: str, loc: tuple, msg: str, value, ctx=None):
-    """A request FastAPI's validation refuses, as vllm 0.15.1's handler of
-    RequestValidationError answers it (entrypoints/openai/api_server.py, build_app): type
-    "Bad Request", the message pydantic's account of the error (its first part; vllm adds
-    the endpoint's source location after it)."""
-    detail = {"type": kind, "loc": loc, "msg": msg, "input": value}
-    if ctx is not None:
-        detail["ctx"] = ctx
-    return error_body("1 validation error:\n  %r" % (detail,), "Bad Request")
-
-
-class VLLMValidationError(ValueError):
-    """vllm.exceptions.VLLMValidationError as pydantic's account of an error shows it (its repr)."""
+# What the launcher logs as the available routes; the route table is vllm.entrypoints.routes'.
+ROUTES = LOGGED_ROUTES
 
 
 # vllm 0.15.1's ModelConfig.max_logprobs default (config/model.py), --max-logprobs unset.
@@ -121,15 +89,10 @@ def alternatives(seed: int, position: int, piece: str, count: int):
     return out
 
 
-class HTTPError(Exception):
-    def __init__(self, status, body):
-        super().__init__(status)
-        self.status, self.body = status, body
-
-
 class Connection:
     def __init__(self, reader, writer):
         self.reader, self.writer = reader, writer
+        self.head_only = False  # the request is a HEAD: headers only
 
     def _head(self, status, headers):
         lines = [
@@ -141,8 +104,9 @@ class Connection:
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
     async def send(self, status, body: bytes, content_type="application/json", extra=()):
-        headers = [("content-length", str(len(body))), ("content-type", content_type)]
-        self.writer.write(self._head(status, headers + list(extra)) + body)
+        # content_type None: none sent (Starlette's Response without a media type).
+        headers = [("content-length", str(len(body)))] + ([("content-type", content_type)] if content_type else [])
+        self.writer.write(self._head(status, headers + list(extra)) + (b"" if self.head_only else body))
         await self.writer.drain()
 
     async def start_stream(self, content_type="text/event-stream; charset=utf-8"):
@@ -158,7 +122,7 @@ class Connection:
         await self.writer.drain()
 
 
-class Server:
+class Server(ServeRoutes):
     def __init__(self, args, model_dir, config, max_model_len, tokenizer):
         self.args = args
         self.model_dir = model_dir
@@ -174,6 +138,7 @@ class Server:
         self.api_keys = set(keys) if keys else None
         self.created = int(time.time())
         self.stats = {"prompt": 0, "gen": 0, "t": time.monotonic()}
+        self.init_routes()
 
     # ---------------------------------------------------------------- connection loop
     async def handle(self, reader, writer):
@@ -222,66 +187,6 @@ class Server:
                 writer.close()
             except Exception:  # pragma: no cover
                 pass
-
-    async def dispatch(self, conn, method, target, headers, body) -> int:
-        path = urlsplit(target).path
-        root = self.args.root_path or ""
-        if root and path.startswith(root):
-            path = path[len(root) :] or "/"
-        try:
-            if path.startswith("/v1") and method != "OPTIONS" and self.api_keys is not None:
-                # AuthenticationMiddleware.verify_token: the scheme in any case, one space.
-                scheme, _, token = headers.get("authorization", "").partition(" ")
-                if not (scheme.lower() == "bearer" and token in self.api_keys):
-                    await conn.send(401, dumps({"error": "Unauthorized"}))
-                    return 401
-            allowed = dict(ROUTES).get(path)
-            if allowed is None or path in ("/openapi.json", "/docs", "/redoc", "/docs/oauth2-redirect"):
-                await conn.send(404, dumps({"detail": "Not Found"}))
-                return 404
-            if method not in allowed.split(", ") and not (method == "HEAD" and "GET" in allowed):
-                await conn.send(405, dumps({"detail": "Method Not Allowed"}), extra=[("allow", allowed)])
-                return 405
-            if path in ("/health", "/ping"):
-                status = 503 if self.engine.dead is not None else 200
-                await conn.send(status, b"", "application/json")
-                return status
-            if path == "/load":
-                await conn.send(200, dumps({"server_load": self.engine_load()}))
-                return 200
-            if path == "/version":
-                await conn.send(200, dumps({"version": VLLM_VERSION}))
-                return 200
-            if path == "/metrics":
-                await conn.send(200, self.metrics.render().encode(), "text/plain; version=0.0.4; charset=utf-8")
-                return 200
-            if path == "/v1/models":
-                await conn.send(200, dumps(self.models()))
-                return 200
-            try:
-                request = json.loads(body or b"{}")
-            except ValueError as exc:
-                raise HTTPError(
-                    400,
-                    request_invalid(
-                        "json_invalid",
-                        ("body", getattr(exc, "pos", 0)),
-                        "JSON decode error",
-                        {},
-                        {"error": getattr(exc, "msg", str(exc))},
-                    ),
-                ) from exc
-            if not isinstance(request, dict):
-                # vllm 0.15.1's handlers fail on it: Starlette's plain 500 (seen on the real server).
-                await conn.send(500, b"Internal Server Error", "text/plain; charset=utf-8")
-                return 500
-            return await self.generate(conn, request, chat=(path == "/v1/chat/completions"))
-        except HTTPError as exc:
-            await conn.send(exc.status, dumps(exc.body))
-            return exc.status
-
-    def engine_load(self):
-        return len(self.engine.running) + len(self.engine.waiting)
 
     def models(self):
         data = []
@@ -396,10 +301,26 @@ class Server:
         return max(self.tokenizer.count(prompt), 1)
 
     async def generate(self, conn, request, chat) -> int:
-        prompts, max_tokens, n = self._check_request(request, chat)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         model = request.get("model") or self.served_names[0]
         created = int(time.time())
+        seqs, queue, logprobs = await self.admit(request, chat, rid)
+        stream = bool(request.get("stream"))
+        include_usage, continuous = self.stream_usage(request.get("stream_options"))
+        try:
+            if stream:
+                return await self._stream(
+                    conn, seqs, queue, rid, model, created, chat, include_usage, continuous, logprobs
+                )
+            return await self._complete(conn, seqs, queue, rid, model, created, chat, logprobs)
+        finally:
+            self.release(seqs)
+
+    async def admit(self, request, chat, rid):
+        """A completion or chat request checked, its sequences made and added to the engine
+        (once a /pause is lifted, as AsyncLLM.add_request waits): (seqs, their queue, the
+        logprobs asked for). The caller release()s them when it has answered."""
+        prompts, max_tokens, n = self._check_request(request, chat)
         queue = asyncio.Queue()
         seqs = []
         for p_index, prompt in enumerate(prompts):
@@ -449,25 +370,21 @@ class Server:
                 )
                 seqs[-1].first_of_prompt = j == 0
         logprobs = self.logprobs_of(request, chat)
+        await self.wait_unpaused()
         for seq in seqs:
             self.engine.add(seq)
         if self.args.enable_log_requests:
             logger.info("Added request %s.", rid)
-        stream = bool(request.get("stream"))
-        include_usage, continuous = self.stream_usage(request.get("stream_options"))
-        try:
-            if stream:
-                return await self._stream(
-                    conn, seqs, queue, rid, model, created, chat, include_usage, continuous, logprobs
-                )
-            return await self._complete(conn, seqs, queue, rid, model, created, chat, logprobs)
-        finally:
-            for seq in seqs:
-                if seq.finished is None:
-                    seq.aborted = True
-                    if seq in self.engine.waiting:
-                        self.engine.waiting.remove(seq)
-                        self.engine._finish(seq, "abort", notify=False)
+        return seqs, queue, logprobs
+
+    def release(self, seqs):
+        """A request's sequences the client no longer waits for: aborted."""
+        for seq in seqs:
+            if seq.finished is None:
+                seq.aborted = True
+                if seq in self.engine.waiting:
+                    self.engine.waiting.remove(seq)
+                    self.engine._finish(seq, "abort", notify=False)
 
     def logprobs_of(self, request, chat):
         """A completion's token-level output: None (no `logprobs` asked), or (the number
@@ -523,7 +440,11 @@ class Server:
             last_len = len(token)
         return {"text_offset": offsets, "token_logprobs": token_logprobs, "tokens": tokens, "top_logprobs": tops}
 
-    async def _complete(self, conn, seqs, queue, rid, model, created, chat, logprobs=None) -> int:
+    async def collect(self, seqs, queue):
+        """Every sequence's pieces and finish reason, once all have finished: ({index:
+        [piece]}, {index: reason}); the engine's death is a 500. A sequence aborted by
+        /pause ends with "abort" and what it had generated, answered with 200 as the real
+        server does."""
         texts = {s.index: [] for s in seqs}
         reasons = {}
         while len(reasons) < len(seqs):
@@ -534,8 +455,10 @@ class Server:
                 reasons[index] = reason
         if any(r == "error" for r in reasons.values()):
             raise HTTPError(500, error_body(ENGINE_DEAD, "InternalServerError", 500))
-        if all(r == "abort" for r in reasons.values()):
-            raise HTTPError(500, error_body("Request aborted", "InternalServerError", 500))
+        return texts, reasons
+
+    async def _complete(self, conn, seqs, queue, rid, model, created, chat, logprobs=None) -> int:
+        texts, reasons = await self.collect(seqs, queue)
         choices = []
         for s in sorted(seqs, key=lambda s: s.index):
             text = "".join(texts[s.index])
@@ -851,13 +774,19 @@ async def run_server(args) -> None:
     server = Server(args, model_dir, config, max_model_len, tokenizer)
     engine_task = asyncio.ensure_future(server.engine.run())
     stats_task = None if args.disable_log_stats else asyncio.ensure_future(server.log_stats())
+    # TLS as uvicorn's Config.load() makes it, after the engine is up (vllm/entrypoints/ssl.py).
+    ssl_context = server_ssl_context(args)
     host = args.host or "0.0.0.0"
-    logger.info("Starting vLLM API server %d on %s", 0, f"http://{host}:{args.port}")
+    scheme = "https" if args.ssl_keyfile and args.ssl_certfile else "http"
+    logger.info("Starting vLLM API server %d on %s", 0, f"{scheme}://{host}:{args.port}")
     logger.info("Available routes are:")
     for path, methods in ROUTES:
         logger.info("Route: %s, Methods: %s", path, methods)
     sock.listen(2048)
-    http = await asyncio.start_server(server.handle, sock=sock, limit=2**22)
+    http = await asyncio.start_server(server.handle, sock=sock, limit=2**22, ssl=ssl_context)
+    refresher = None
+    if args.enable_ssl_refresh and ssl_context is not None:
+        refresher = SSLCertRefresher(ssl_context, args.ssl_keyfile, args.ssl_certfile, args.ssl_ca_certs)
     uvicorn_log("INFO", f"Started server process [{os.getpid()}]")
     uvicorn_log("INFO", "Waiting for application startup.")
     uvicorn_log("INFO", "Application startup complete.")
@@ -881,6 +810,8 @@ async def run_server(args) -> None:
     engine_task.add_done_callback(engine_done)
     await stop.wait()
     uvicorn_log("INFO", "Shutting down")
+    if refresher is not None:
+        refresher.stop()
     http.close()
     uvicorn_log("INFO", "Waiting for application shutdown.")
     uvicorn_log("INFO", "Application shutdown complete.")

@@ -17,8 +17,21 @@ outlive the container) and cleaned up from the machine by sim-down. Reports (lvs
 lvdisplay) show such an LV as active, as LVM would with device-mapper.
 
 ``kunlun-kit-lvm boot`` (the kunlun-kit-lvm.service unit) re-attaches the loops of every
-LV and mounts the fstab entries naming them, before local-fs.target and docker.service:
-systemd ignores fstab device entries in a container whose /sys is read-only.
+LV at boot, before local-fs.target, and makes the /dev/disk/by-uuid and by-label links
+udev makes on a real host. An LV of a volume group that misses a physical volume is not
+activated, as LVM's autoactivation leaves it at boot (its linear extents on the missing
+disk cannot be mapped).
+
+The fstab entries are mounted by systemd itself, through the units this program writes as
+the systemd generator ``kunlun-kit-fstab-generator``: systemd-fstab-generator ignores fstab
+device entries in a container whose /sys is read-only, and writes, on a real host, a mount
+unit for each that waits for its device unit (``x-systemd.device-timeout=``, 90 s by
+default) and that local-fs.target requires, or only wants with ``nofail``
+(systemd.mount(5)). Here ``kunlun-kit-device@.service`` (``kunlun-kit-lvm wait-device
+PATH``) stands in for the device unit udev would bring up.
+
+``kunlun-kit-disk detach|attach|status`` takes the host's data disk away from the next
+boot on, or gives it back: a disk that failed or was pulled while the host was down.
 """
 
 import errno
@@ -34,6 +47,13 @@ import time
 LVM = "/usr/sbin/lvm"
 TAG = "kunlun-kit:"
 HOST_CONF = "/etc/kunlun-kit/host.conf"
+# kunlun-kit-disk detach writes "detached" here: the data disks are gone from the next boot on.
+DISK_SWITCH = "/etc/kunlun-kit/data-disk"
+# The host's data disks (the LVM filter accepts these only): docker passes them in at every start.
+DATA_DISK_RE = re.compile(r"^vd[a-z]+$")
+# How long systemd waits for a device when fstab does not say (x-systemd.device-timeout=):
+# DefaultTimeoutStartSec, 90 s (systemd-system.conf(5)).
+DEFAULT_DEVICE_TIMEOUT = "90s"
 LOCK = "/run/lock/kunlun-kit-lvm.lock"
 # Probe nodes live under /dev: /run is a nodev tmpfs in the container.
 NODE_DIR = "/dev/.kunlun-kit"
@@ -388,9 +408,11 @@ def wipe(name, size):
     subprocess.run(["wipefs", "-a", "-q", node], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def sync(activate_all=False, select=None):
+def sync(activate_all=False, select=None, refused=None):
     """Bring loops in line with metadata: resize the active ones, detach removed LVs,
-    activate those in ``select`` (uuids) or all when activate_all."""
+    activate those in ``select`` (uuids) or all when activate_all. At boot (activate_all)
+    an LV that misses a physical volume (attr[8] 'p', partial) is not activated, its loop
+    from before the boot detached, and it is listed in ``refused``."""
     table = lv_table()
     loops = kit_loops()
     by_tag = {tag_for(u): u for u in table}
@@ -408,6 +430,15 @@ def sync(activate_all=False, select=None):
         want = activate_all or (select is not None and uuid in select)
         if tag in loops or want:
             if activate_all and entry["attr"][9:10] == "k":
+                continue
+            if activate_all and entry["attr"][8:9] == "p":
+                # lvchange(8) --activationmode: complete (LVM's default for a linear LV) activates
+                # no LV with a missing PV; the device-mapper table of the last boot is gone too.
+                name = loops.pop(tag, None)
+                if name and not (mounts_of(name) or in_use(name)):
+                    detach(name)
+                if refused is not None:
+                    refused.append(entry)
                 continue
             name, new = activate(entry, loops)
             active.append((entry, name))
@@ -894,80 +925,198 @@ def cmd_remove(cmd, args):
     return rc
 
 
+def data_disk_detached():
+    try:
+        with open(DISK_SWITCH) as fh:
+            return fh.read().strip() == "detached"
+    except OSError:
+        return False
+
+
+def take_data_disks_away():
+    """The data disks' nodes gone from /dev (docker makes them again at every start): LVM,
+    blkid and lsblk find no such disk, as after a disk failed or was pulled."""
+    gone = []
+    for name in sorted(os.listdir("/dev")):
+        path = "/dev/" + name
+        if DATA_DISK_RE.match(name) and stat.S_ISBLK(os.lstat(path).st_mode):
+            os.unlink(path)
+            gone.append(path)
+    return gone
+
+
+def udev_links(node):
+    """/dev/disk/by-uuid/UUID and /dev/disk/by-label/LABEL -> the LV's node, as udev's
+    60-persistent-storage rules make them for the filesystem on a block device."""
+    probe = subprocess.run(["blkid", "-p", "-o", "export", node], stdout=subprocess.PIPE, universal_newlines=True)
+    for line in probe.stdout.splitlines():
+        key, _, value = line.partition("=")
+        if key in ("UUID", "LABEL") and re.match(r"^[A-Za-z0-9._-]+$", value):
+            _link("/dev/disk/by-%s/%s" % (key.lower(), value), "../../" + os.path.basename(node))
+
+
 def cmd_boot():
-    """Re-attach every LV's loop and mount the fstab entries naming them."""
+    """Re-attach every LV's loop (not those missing a physical volume) and make the links
+    udev makes; systemd mounts the fstab entries (cmd_fstab_generator's units)."""
     # systemd makes / a shared mount on a real host but not in a container; without it a
     # service's private mount namespace (ProtectSystem=, PrivateTmp=) keeps a copy of
     # /home mounted after `umount /home`, and the LV stays in use.
     subprocess.run(["mount", "--make-rshared", "/"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if data_disk_detached():
+        for path in take_data_disks_away():
+            print("kit: data disk %s detached (kunlun-kit-disk attach gives it back at the next boot)" % path)
+    refused = []
     with Lock():
         try:
-            table, loops, _ = sync(activate_all=True)
+            table, loops, _ = sync(activate_all=True, refused=refused)
         except KitError as exc:
             err(str(exc))
             return 1
-    by_dev = {}
+    for entry in refused:
+        # LVM's own words for an LV that misses a physical volume.
+        err(
+            "Refusing activation of partial LV %s/%s.  Use '--activationmode partial' to override."
+            % (entry["vg"], entry["lv"])
+        )
     for uuid, entry in table.items():
         name = loops.get(tag_for(uuid))
-        if not name:
-            continue
-        node = "/dev/" + name
-        keys = {
-            node,
-            "/dev/%s/%s" % (entry["vg"], entry["lv"]),
-            "/dev/mapper/%s" % mapper_name(entry["vg"], entry["lv"]),
-        }
-        probe = subprocess.run(
-            ["blkid", "-p", "-o", "export", node], stdout=subprocess.PIPE, universal_newlines=True
-        ).stdout
-        for line in probe.splitlines():
-            key, _, value = line.partition("=")
-            if key in ("UUID", "LABEL", "PARTUUID"):
-                keys.add("%s=%s" % (key, value))
-                if key == "UUID":
-                    keys.add("/dev/disk/by-uuid/" + value)
-        for key in keys:
-            by_dev[key] = node
-    rc = 0
+        if name:
+            udev_links("/dev/" + name)
+            print("kit: activated %s/%s as /dev/%s" % (entry["vg"], entry["lv"], name))
+    return 0
+
+
+def cmd_disk(args):
+    """kunlun-kit-disk detach|attach|status: the data disks gone from the next boot on, or back."""
+    if args == ["detach"]:
+        with open(DISK_SWITCH, "w") as fh:
+            fh.write("detached\n")
+        print("kit: the data disk is gone from the next boot on (kunlun-kit-disk attach gives it back)")
+        return 0
+    if args == ["attach"]:
+        if os.path.exists(DISK_SWITCH):
+            os.unlink(DISK_SWITCH)
+        print("kit: the data disk is back from the next boot on")
+        return 0
+    if args == ["status"]:
+        present = [n for n in sorted(os.listdir("/dev")) if DATA_DISK_RE.match(n)]
+        print(
+            "%s; %s from the next boot"
+            % (
+                "present: " + " ".join("/dev/" + n for n in present) if present else "absent",
+                "detached" if data_disk_detached() else "attached",
+            )
+        )
+        return 0
+    sys.stderr.write("usage: kunlun-kit-disk detach|attach|status\n")
+    return 2
+
+
+def cmd_wait_device(args):
+    """Wait until the block device at args[0] exists (the device unit's job at boot); the
+    unit's TimeoutStartSec (x-systemd.device-timeout=) ends the wait."""
+    if len(args) != 1:
+        sys.stderr.write("usage: kunlun-kit-lvm wait-device PATH\n")
+        return 2
+    while True:
+        try:
+            if stat.S_ISBLK(os.stat(args[0]).st_mode):
+                return 0
+        except OSError:
+            pass
+        time.sleep(0.2)
+
+
+def _escape(path, **how):
+    """systemd-escape --path, with --suffix=... or --template=..."""
+    argv = ["systemd-escape", "--path"] + ["--%s=%s" % kv for kv in how.items()] + [path]
+    return subprocess.run(argv, stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout.strip()
+
+
+def fstab_device(spec):
+    """The device path systemd makes of an fstab spec (fstab_node_to_udev_node), or None
+    when the spec is no device (a network or virtual file system)."""
+    spec = spec.replace('"', "")
+    for key, where in (
+        ("UUID", "by-uuid"),
+        ("LABEL", "by-label"),
+        ("PARTUUID", "by-partuuid"),
+        ("PARTLABEL", "by-partlabel"),
+    ):
+        if spec.startswith(key + "="):
+            return "/dev/disk/%s/%s" % (where, spec[len(key) + 1 :])
+    return spec if spec.startswith("/dev/") else None
+
+
+def cmd_fstab_generator(args):
+    """The systemd generator: for each fstab device entry, the mount unit systemd-fstab-generator
+    writes on a real host, which it does not write when /sys is read-only (as in this container)."""
+    normal = args[0] if args else "/run/systemd/generator"
     try:
+        if not os.statvfs("/sys").f_flag & os.ST_RDONLY:
+            return 0  # systemd's own generator makes them
         with open("/etc/fstab") as fh:
-            entries = [line.split() for line in fh if line.strip() and not line.lstrip().startswith("#")]
+            lines = fh.read().splitlines()
     except OSError:
-        entries = []
-    mounted = {f[4] for f in (line.split() for line in open("/proc/self/mountinfo"))}
-    for fields in entries:
-        if len(fields) < 3:
+        return 0
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 3 or fields[0].startswith("#"):
             continue
-        source, target, fstype = fields[0], fields[1], fields[2]
-        options = fields[3] if len(fields) > 3 else "defaults"
-        source = source.replace('"', "")
-        node = by_dev.get(source)
-        if not node or "noauto" in options.split(",") or fstype == "swap":
+        where = os.path.normpath(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[1]))
+        fstype, options = fields[2], fields[3] if len(fields) > 3 else "defaults"
+        opts = options.split(",")
+        what = fstab_device(fields[0])
+        if not what or fstype == "swap" or "noauto" in opts or not where.startswith("/") or where == "/":
             continue
-        target = target.replace("\\040", " ")
-        if target in mounted:
-            continue
-        os.makedirs(target, exist_ok=True)
-        cmd = ["mount", "-t", fstype, "-o", options, node, target]
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
-        if proc.returncode != 0:
-            err("kit: %s failed: %s" % (" ".join(cmd), proc.stdout.strip()))
-            rc = 1
-        else:
-            print("kit: mounted %s (%s) on %s" % (source, node, target))
-    return rc
+        timeouts = [o.split("=", 1)[1] for o in opts if o.startswith("x-systemd.device-timeout=")]
+        unit = _escape(where, suffix="mount")
+        device = _escape(what, template="kunlun-kit-device@.service")
+        with open(os.path.join(normal, unit), "w") as fh:
+            fh.write(
+                "# Automatically generated by kunlun-kit-fstab-generator (sim kit): the unit\n"
+                "# systemd-fstab-generator writes for this /etc/fstab line on a real host (here /sys is\n"
+                "# read-only and it ignores device entries); kunlun-kit-device@.service stands in for\n"
+                "# the device unit it waits for.\n"
+                "[Unit]\nDocumentation=man:fstab(5) man:systemd-fstab-generator(8)\nSourcePath=/etc/fstab\n"
+                "%sRequires=%s\nAfter=%s\n\n[Mount]\nWhat=%s\nWhere=%s\n%sOptions=%s\n"
+                % (
+                    "" if "nofail" in opts else "Before=local-fs.target\n",
+                    device,
+                    device,
+                    what,
+                    where,
+                    "" if fstype == "auto" else "Type=%s\n" % fstype,
+                    options,
+                )
+            )
+        dropin = os.path.join(normal, device + ".d")
+        os.makedirs(dropin, exist_ok=True)
+        with open(os.path.join(dropin, "50-device-timeout.conf"), "w") as fh:
+            fh.write("[Service]\nTimeoutStartSec=%s\n" % (timeouts[-1] if timeouts else DEFAULT_DEVICE_TIMEOUT))
+        # nofail: only wanted by local-fs.target, and not ordered before it (systemd.mount(5)).
+        wanted = os.path.join(normal, "local-fs.target.%s" % ("wants" if "nofail" in opts else "requires"))
+        os.makedirs(wanted, exist_ok=True)
+        _link(os.path.join(wanted, unit), "../" + unit)
+    return 0
 
 
 def main(argv):
     prog = os.path.basename(argv[0])
     args = argv[1:]
+    if prog == "kunlun-kit-disk":
+        return cmd_disk(args)
+    if prog == "kunlun-kit-fstab-generator":
+        return cmd_fstab_generator(args)
     if prog in ("kitlvm.py", "kunlun-kit-lvm"):
         if not args:
-            sys.stderr.write("usage: kunlun-kit-lvm boot|sync|status\n")
+            sys.stderr.write("usage: kunlun-kit-lvm boot|sync|status|wait-device PATH\n")
             return 2
         prog, args = args[0], args[1:]
         if prog == "boot":
             return cmd_boot()
+        if prog == "wait-device":
+            return cmd_wait_device(args)
         if prog == "sync":
             with Lock():
                 sync()
