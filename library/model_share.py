@@ -17,7 +17,7 @@ description:
     I(address) and I(port), serving only the files of I(manifest) under I(root) to the I(allow) addresses, at most
     I(max_transfers) at a time. The unit runs with a read-only view of the file system (C(ProtectSystem=strict),
     C(ProtectHome=read-only)) except its runtime directory, where it keeps its statistics, and needs the mount that
-    holds I(root) (C(RequiresMountsFor=)): it does not start while the data volume is not mounted. It waits until
+    holds I(root) (C(RequiresMountsFor=)), so it does not start while the data volume is not mounted. It waits until
     the port answers. A unit already active with the same settings is left as it is (one left by an interrupted run with
     other settings is restarted).
   - C(state=stopped) stops the unit and returns what it served (bytes, peak concurrent transfers, per client).

@@ -220,15 +220,29 @@ class Client(object):
         handlers = []
         if not use_proxy:
             handlers.append(urllib_request.ProxyHandler({}))
+        # A CA file that cannot be read is told at the first request (check mode reports it as
+        # the probe's answer: the stage that installs the file may not have run yet).
+        self.ca_problem = None
         if self.base.startswith("https:"):
-            context = ssl.create_default_context(cafile=ca_file or None)
-            if not validate_certs:
+            try:
+                context = ssl.create_default_context(cafile=ca_file or None)
+            except (OSError, ssl.SSLError) as exc:
+                self.ca_problem = "ca_file %s cannot be read (%s)" % (ca_file, exc.strerror or exc)
+                context = None
+            if context is not None and not validate_certs:
                 context.check_hostname = False
                 context.verify_mode = ssl.CERT_NONE
-            handlers.append(urllib_request.HTTPSHandler(context=context))
+            if context is not None:
+                handlers.append(urllib_request.HTTPSHandler(context=context))
         self.opener = urllib_request.build_opener(*handlers)
 
     def _request(self, method, path, body=None):
+        if self.ca_problem:
+            raise Refused(
+                "%s, which verifies %s" % (self.ca_problem, self.base),
+                "install the CA certificate there first (the serve stage puts the fleet CA's on every serving host, "
+                "docs/gateway.md), or give ca_file the file that holds it",
+            )
         headers = {"Accept": "application/json"}
         data = None
         if body is not None:

@@ -155,6 +155,11 @@ def write_inventory(path: Path, servers, gateway_url, model: Path, report_dir: P
         "bench_host_urls": {h: srv.base for h, srv in hosts.items()},
         "bench_gateway_url": gateway_url,
         "bench_image_pin_file": str(path / "image-pin"),
+        # The "hosts" are this machine's stand-in servers, behind no host firewall: nothing
+        # to admit the controller to (roles/firewall, entry point admit).
+        "firewall_enabled": False,
+        # ... and serve plain HTTP (no certificate of a fleet CA to verify them with).
+        "kunlun_stack_serving_tls": False,
     }
     gv.update(settings)
     (path / "group_vars" / "all" / "bench.yml").write_text(yaml.safe_dump(gv))

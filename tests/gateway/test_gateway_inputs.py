@@ -214,7 +214,10 @@ def test_rollout_drains_the_worker_the_router_lists(inventory, tmp_path):
     finally:
         router.close()
     assert rc == 0, out[-3000:]
-    assert router.calls == [("/remove_worker", "https://10.30.1.12:8000"), ("/add_worker", "https://10.30.1.12:8000")], (
+    assert router.calls == [
+        ("/remove_worker", "https://10.30.1.12:8000"),
+        ("/add_worker", "https://10.30.1.12:8000"),
+    ], (
         router.calls,
         out[-3000:],
     )

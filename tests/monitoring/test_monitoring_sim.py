@@ -136,20 +136,28 @@ def test_every_dashboard_query_returns_data_and_every_alert_evaluates(monitored)
     }, devices
 
 
-def test_the_registry_certificates_expiry_reaches_prometheus(monitored):
-    """kunlun-cert-exporter on the builder (kf-node-1): Prometheus holds the fleet registry's
-    certificate expiry, equal to what openssl reads on the host; the hosts without a
-    certificate file export none."""
-    end = ssh(1, "openssl x509 -noout -enddate -in /etc/kunlun-registry/registry.crt").stdout.strip()
-    expected = ssl.cert_time_to_seconds(end.split("=", 1)[1])
+def not_after(host, path):
+    """A certificate file's expiry on a host, as openssl reads it there (epoch seconds)."""
+    end = ssh(host, "openssl x509 -noout -enddate -in %s" % path).stdout.strip()
+    return ssl.cert_time_to_seconds(end.split("=", 1)[1])
+
+
+def test_the_fleet_certificates_expiry_reaches_prometheus(monitored):
+    """kunlun-cert-exporter on every host: Prometheus holds the fleet registry's certificate
+    expiry (the builder, kf-node-1) and each serving host's TLS certificate's (the fleet CA's,
+    docs/gateway.md "Workers over TLS"), each equal to what openssl reads on its host; a
+    certificate file a host does not have is exported by none."""
+    expected = {("kf-node-1", "registry"): not_after(1, "/etc/kunlun-registry/registry.crt")}
+    for i in (1, 2, 3):
+        expected[("kf-node-%d" % i, "serving")] = not_after(i, "/etc/kunlun-serve/tls/server.crt")
     deadline = time.monotonic() + 60
     while True:
         result = api("/api/v1/query", query="kunlun_cert_not_after_timestamp_seconds")["result"]
-        if result or time.monotonic() > deadline:
+        if len(result) >= len(expected) or time.monotonic() > deadline:
             break
         time.sleep(3)
     found = {(r["metric"]["host"], r["metric"]["cert"]): float(r["value"][1]) for r in result}
-    assert found == {("kf-node-1", "registry"): expected}, found
+    assert found == expected, found
 
 
 def router_workers():

@@ -6,12 +6,15 @@ records of a real aiperf 0.13.0 run against the stand-in server (trimmed), one f
 request and one warmup record."""
 
 import json
+import os
 import resource
 from pathlib import Path
 
 import pytest
 
 from ansible.module_utils import bench_results as br
+
+ROOT = Path(__file__).resolve().parents[2]
 
 FIX = Path(__file__).parent / "fixtures" / "bench"
 
@@ -393,7 +396,7 @@ class CounterServer:
     """A server's /metrics on 127.0.0.1, read from a file at every request (the stand-in
     aiperf below rewrites it: the counters moved by what the point served)."""
 
-    def __init__(self, path):
+    def __init__(self, path, context=None):
         import http.server
         import threading
 
@@ -411,16 +414,20 @@ class CounterServer:
                 pass
 
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = "http://127.0.0.1:%d/metrics" % self.httpd.server_address[1]
+        if context is not None:  # TLS, as a worker serves it (docs/gateway.md "Workers over TLS")
+            self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
+        scheme = "https" if context is not None else "http"
+        self.url = "%s://127.0.0.1:%d/metrics" % (scheme, self.httpd.server_address[1])
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     def stop(self):
         self.httpd.shutdown()
 
 
-def replayed_point(tmp_path, records, generation_delta, prompt_delta, **args):
+def replayed_point(tmp_path, records, generation_delta, prompt_delta, context=None, **args):
     """bench_point run in full with an aiperf that replays `records` (its export) and moves
-    the server's counters by the deltas given, as the engine would have."""
+    the server's counters by the deltas given, as the engine would have; the server over TLS
+    with `context`. The stand-in aiperf keeps the trust file it was given (SSL_CERT_FILE)."""
     import bench_point
 
     metrics = tmp_path / "metrics.txt"
@@ -433,13 +440,14 @@ def replayed_point(tmp_path, records, generation_delta, prompt_delta, **args):
     aiperf.write_text(
         "#!/bin/sh\n# aiperf profile --config FILE, run in the point's directory\n"
         "cp '%s' profile_export.jsonl && cp '%s' '%s'\n"
-        "env | grep '^AIPERF_SERVICE_' | sort > aiperf-env.txt\n" % (export, after, metrics)
+        "env | grep '^AIPERF_SERVICE_' | sort > aiperf-env.txt\n"
+        'if [ -n "$SSL_CERT_FILE" ]; then cp "$SSL_CERT_FILE" aiperf-trust.pem; fi\n' % (export, after, metrics)
     )
     aiperf.chmod(0o755)
     tok = tmp_path / "tok"
     tok.mkdir()
     (tok / "tokenizer.json").write_text("{}")
-    server = CounterServer(metrics)
+    server = CounterServer(metrics, context)
     try:
         failed, r = _run(
             bench_point,
@@ -480,6 +488,32 @@ def test_bench_point_on_the_real_engines_counts_is_valid(tmp_path):
     cfg = json.loads((tmp_path / "point" / "aiperf-config.yaml").read_text())["benchmark"]
     assert cfg["endpoint"]["use_server_token_count"] is False
     assert cfg["endpoint"]["extra"]["stream_options"] == {"include_usage": True}
+
+
+def test_bench_point_reads_tls_servers_with_the_fleet_ca(tmp_path):
+    """ca_file: the servers' counters read over https verified with it, and aiperf given a
+    trust file (SSL_CERT_FILE, its only way) holding the system's certificates and it."""
+    import ssl
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests" / "artifacts"))
+    from standin_helpers import issue_cert, make_ca
+
+    ca = make_ca(tmp_path / "ca", "kf bench test CA")
+    key, cert = issue_cert(ca, tmp_path / "ca")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(cert), str(key))
+    r = replayed_point(tmp_path, [record(256, 256)] * 2, 512, 1024, context=context, ca_file=str(ca["file"]))
+    assert r["valid"] is True and r["server_output_tokens"] == 512, r
+    trust = (tmp_path / "point" / "aiperf-trust.pem").read_text()
+    assert ca["file"].read_text().strip() in trust
+    system = ssl.get_default_verify_paths().openssl_cafile
+    if system and os.path.isfile(system):
+        assert trust.startswith(open(system).read().rstrip("\n")), "the system's certificates first"
+    # Without it the counters cannot be read: the point is invalid and says which server and why.
+    (tmp_path / "without").mkdir()
+    r = replayed_point(tmp_path / "without", [record(256, 256)] * 2, 512, 1024, context=context)
+    assert r["valid"] is False and "CERTIFICATE_VERIFY_FAILED" in r["servers"]["h1"]["error"], r
 
 
 def test_bench_point_with_usage_off_the_counters_is_invalid(tmp_path):

@@ -185,8 +185,9 @@ def test_assess_without_curve_only_the_bound():
 
 
 class Metrics(ThreadingHTTPServer):
-    def __init__(self, running):
+    def __init__(self, running, context=None):
         self.running = running
+        self.scheme = "https" if context is not None else "http"
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(h):  # noqa: N805
@@ -203,11 +204,13 @@ class Metrics(ThreadingHTTPServer):
                 pass
 
         super().__init__(("127.0.0.1", 0), Handler)
+        if context is not None:  # a worker serving TLS with a certificate of the fleet CA
+            self.socket = context.wrap_socket(self.socket, server_side=True)
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
     @property
     def url(self):
-        return "http://127.0.0.1:%d" % self.server_address[1]
+        return "%s://127.0.0.1:%d" % (self.scheme, self.server_address[1])
 
 
 class Done(Exception):
@@ -245,6 +248,35 @@ def test_module_plan_reads_the_fleet_and_shrinks(fleet):
     # 600 in flight, 256 a host: 3 of 3 serving hosts must stay; the batches shrink to 1.
     assert res["serial"] == [1, 1]
     assert "4 of 4 host(s) need a restart" in res["msg"] and "600 request(s) in flight" in res["msg"]
+
+
+def test_module_reads_tls_workers_with_the_ca_given_as_text(tmp_path):
+    """Workers serving TLS (docs/gateway.md "Workers over TLS"): read with the fleet CA's
+    certificate given as text (ca_cert), which needs no file where the module runs; without
+    it they do not answer (their certificate is not verified), so they count as not serving."""
+    import ssl
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "artifacts"))
+    from standin_helpers import issue_cert, make_ca
+
+    ca = make_ca(tmp_path, "kf rollout test CA")
+    key, cert = issue_cert(ca, tmp_path)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(cert), str(key))
+    servers = {h: Metrics(lambda: 100, context) for h in ("a", "b")}
+    try:
+        workers = {h: s.url for h, s in servers.items()}
+        assert all(u.startswith("https://") for u in workers.values())
+        args = {"mode": "plan", "workers": workers, "hosts": ["a"], "curve": SIM_CURVE}
+        res = run(dict(args, ca_cert=ca["file"].read_text()))
+        assert not res["failed"] and res["load"] == 200 and res["not_answering"] == [], res
+        res = run(args)
+        assert res["not_answering"] == ["a", "b"], res
+    finally:
+        for s in servers.values():
+            s.shutdown()
 
 
 def test_module_plan_nothing_to_do(fleet):

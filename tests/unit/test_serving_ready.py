@@ -187,6 +187,19 @@ def test_https_server_verified_with_the_ca_file_alone(tls_fake):
     assert failed and "CERTIFICATE_VERIFY_FAILED" in result["msg"], result["msg"]
 
 
+def test_a_missing_ca_file_fails_naming_it_and_check_mode_reports_it(tls_fake, tmp_path):
+    """The fleet CA's certificate not on the host: a real run fails at once with the file and
+    the fix; check mode (a stage before it never installed it) makes its probe, answers with
+    the problem, and does not fail."""
+    state, _ = tls_fake
+    missing = str(tmp_path / "no-such-ca.crt")
+    failed, result = run(base_args(state, ca_file=missing))
+    assert failed and "ca_file %s cannot be read" % missing in result["msg"], result["msg"]
+    assert "install the CA certificate there first" in result["msg"] and result["probes"] == 1, result
+    failed, result = run(base_args(state, ca_file=missing), check_mode=True)
+    assert not failed and result["ready"] is False and "cannot be read" in result["probe_error"], result
+
+
 def closed_port_url():
     import socket
 
