@@ -178,7 +178,9 @@ PHASES = [
         Suite("serve-drain", "kf-node-1", ["tests/serving/test_serve_drain_sim.py"]),
         # Then failover through the gateway on kf-node-1: kf-node-2's serving stopped and
         # kf-node-3's killed under load (the model stage beside it leaves serving alone).
-        Suite("gateway-failover", "kf-node-1", ["tests/gateway/test_failover_sim.py"]),
+        # After the weights from peers: that suite cuts kf-node-3's SSH for a while, and this
+        # one kills kf-node-3's engine over SSH (a run where the two met failed here).
+        Suite("gateway-failover", "kf-node-1", ["tests/gateway/test_failover_sim.py"], after="model-peers"),
         # Weights from peers beside it: kf-node-2 and kf-node-3 fetch from kf-node-1's
         # verified copy (bounded per source, resumable, a dead source falls back). Only the
         # model stage and kf-node-1's read-only share: kf-node-1's serving and gateway,
@@ -193,10 +195,20 @@ PHASES = [
 # scratch lane resets its host first.
 SCRATCH = [
     # kf-node-4: storage and its fault suites (bad input, carry-over under SIGKILL, check
-    # mode, a delivered /home adopted or refused, a host taken through serve and booted
-    # without its data disk: the one test that converges a scratch host that far).
+    # mode, a delivered /home adopted or refused).
     Suite("molecule-storage", "scratch-4", [scenario("storage")], after="sim-kit", env=scratch(4)),
-    Suite("storage-faults", "scratch-4", ["tests/storage"], timeout=2400, env=scratch(4)),
+    Suite(
+        "storage-faults",
+        "scratch-4",
+        [
+            "tests/storage/test_adopt_sim.py",
+            "tests/storage/test_bad_input_sim.py",
+            "tests/storage/test_carry_over_faults_sim.py",
+            "tests/storage/test_check_mode_sim.py",
+        ],
+        timeout=2400,
+        env=scratch(4),
+    ),
     # kf-node-5: the driver, the engine (Docker's apt repository, daemon.json that cannot be
     # read), serving's bad input and ca_trust, each on a fresh host.
     Suite("molecule-driver", "scratch-5", [scenario("driver")], after="sim-kit", env=scratch(5)),
@@ -218,6 +230,10 @@ SCRATCH = [
     # The gateway's scenario needs no serving host (two stand-in workers of its own on the
     # host): on a bare one, it also proves the role installs what it needs there.
     Suite("molecule-gateway", "scratch-6", [scenario("gateway")], env=scratch(6)),
+    # A host taken through serve and booted without its data disk (the one test that
+    # converges a scratch host that far): on kf-node-6, whose lane ends earliest (scratch-4
+    # with it came to 2699 s in a loaded run).
+    Suite("dead-disk-boot", "scratch-6", ["tests/storage/test_dead_disk_boot_sim.py"], timeout=1500, env=scratch(6)),
     # First contact with a server that has only a root password: bootstrap installs the key
     # and a deploy user (its host reset password-only first; off the critical path).
     Suite(

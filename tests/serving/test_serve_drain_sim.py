@@ -7,6 +7,7 @@ and the cut stream really ends early."""
 import http.client
 import json
 import os
+import ssl
 import subprocess
 import threading
 import time
@@ -15,7 +16,7 @@ import pytest
 import yaml
 
 from kunlun_fleet import vault
-from kunlun_fleet.sim.testing import INVENTORY, REPO, VENV_BIN, _env, ssh
+from kunlun_fleet.sim.testing import FLEET_CA, INVENTORY, REPO, VENV_BIN, _env, admitted, ssh
 from kunlun_fleet.bundle import load_pins as stack_pins
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
@@ -79,7 +80,9 @@ class LongStream(threading.Thread):
             }
         )
         try:
-            conn = http.client.HTTPConnection(ADDRESS, PORT, timeout=300)
+            # TLS with the fleet CA's certificate, as the gateway reaches it (docs/gateway.md).
+            context = ssl.create_default_context(cafile=FLEET_CA)
+            conn = http.client.HTTPSConnection(ADDRESS, PORT, timeout=300, context=context)
             conn.request(
                 "POST", "/v1/completions", body, {"Authorization": "Bearer " + key, "Content-Type": "application/json"}
             )
@@ -130,6 +133,13 @@ def serving_host(sim_fleet):
 
 
 def test_drain_out_of_time_stops_then_force_cuts(serving_host):
+    # The stream goes to the host directly from this machine: admitted to vLLM's port as the
+    # bench is (the host firewall opens it to the gateways and the monitoring hosts only).
+    with admitted(HOST):
+        drain_out_of_time_stops_then_force_cuts()
+
+
+def drain_out_of_time_stops_then_force_cuts():
     stream = LongStream(max_tokens=4000)
     stream.start()
     assert stream.started_streaming(), stream.error
