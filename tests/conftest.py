@@ -13,6 +13,14 @@ from kunlun_fleet.bundle import load_pins as stack_pins
 pytest_plugins = ["kunlun_fleet.sim.testing", "kunlun_fleet.sim.honest_runs"]
 
 ROOT = Path(__file__).resolve().parent.parent
+# Bytecode for this run and every Python it starts (ansible-playbook, the stand-ins, the
+# bench venv's aiperf) in one tree under .cache, none beside the sources (the roles' files/
+# and the stand-in's sources are copied to hosts as they are): with PYTHONDONTWRITEBYTECODE
+# set, as in this machine's environment, each process compiled again what it imported and pytest
+# rewrote every test module's asserts again (tests/unit's collection: 4.7 CPU-s, 1.6 with it).
+os.environ["PYTHONPYCACHEPREFIX"] = os.environ.get("PYTHONPYCACHEPREFIX") or str(ROOT / ".cache" / "pycache")
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.pycache_prefix, sys.dont_write_bytecode = os.environ["PYTHONPYCACHEPREFIX"], False
 # Modules import `ansible.module_utils.<name>`: Ansible maps ansible.cfg's module_utils
 # there at run time; tests do the same. library/ is importable for the modules' logic.
 if str(ROOT / "module_utils") not in ansible.module_utils.__path__:

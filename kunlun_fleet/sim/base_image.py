@@ -13,9 +13,11 @@ How, on this machine:
   debootstrap an Ubuntu release here, while the vendor's torch installer and wheels are
   cp310: the interpreter is this machine's CPython 3.10 build (pyenv, the one the tests use),
   copied to /opt/python3.10. It is 3.10.x, NOT the pinned 3.10.19: a known difference of
-  the stand-in (the sim inventory sets image_proof_python_match: minor);
+  the stand-in (the sim inventory sets image_proof_python_match: minor). A machine with no
+  CPython 3.10 (a bare Debian 12 one) gets the fallback instead, Debian's python3.11 from
+  the mirror: base_python.py decides which and lists what then differs;
 - gcc and libc6-dev come from the Debian mirror (plain HTTP) in a `docker build` step;
-- uv and setuptools are the real wheels from PyPI (cached in $KUNLUN_SIM_HOME/cache/wheels).
+- uv and setuptools are the real wheels from PyPI (cached in the cache directory, config.CACHE_DIR: wheels/).
 The build runs on the sim fleet's own engine. It is skipped when its inputs are unchanged.
 """
 
@@ -29,11 +31,11 @@ import tarfile
 import tempfile
 import zipfile
 
+from . import base_python
 from . import image as sim_image
-from .config import BUILD_DIR, SIM_HOME, SimError, log
+from .config import BUILD_DIR, CACHE_DIR, SimError, log
 from .engine import docker, docker_cli, docker_env, engine_answers
 
-CACHE_DIR = os.path.join(SIM_HOME, "cache")
 WHEEL_CACHE = os.path.join(CACHE_DIR, "wheels")
 # Real wheels from PyPI, pinned for a reproducible stand-in.
 UV_VERSION = "0.9.30"
@@ -63,29 +65,31 @@ FROM {rootfs}
 RUN apt-get update \\
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {apt} \\
  && apt-get clean && rm -rf /var/lib/apt/lists/*
-ADD python310.tar /
-RUN mkdir -p "$(dirname {orig_prefix})" && ln -s {prefix} {orig_prefix} \\
- && echo {prefix}/lib > /etc/ld.so.conf.d/python3.10.conf && ldconfig \\
- && {prefix}/bin/python3.10 -c 'import ssl, ctypes, zlib, sysconfig; print(sysconfig.get_paths()["include"])'
-COPY uv uvx /usr/local/bin/
+{python_steps}COPY uv uvx /usr/local/bin/
 COPY {setuptools} /tmp/
-RUN {prefix}/bin/python3.10 -m venv --without-pip {venv} \\
+RUN {python} -m venv --without-pip {venv} \\
  && uv pip install --python {venv}/bin/python --offline --no-deps /tmp/{setuptools} \\
  && rm /tmp/{setuptools} \\
- && test ! -e {venv}/bin/pip
+ && test ! -e {venv}/bin/pip \\
+ && {venv}/bin/python -c 'import ssl, ctypes, zlib, sysconfig, os.path as p; \\
+      assert p.exists(p.join(sysconfig.get_paths()["include"], "Python.h"))'
 ENV PATH={venv}/bin:$PATH
 LABEL {label}="{key}"
 CMD ["/bin/bash"]
+"""
+# The vendor's CPython 3.10: this machine's build, copied in, found at its own prefix too.
+PYTHON310_STEPS = """\
+ADD python310.tar /
+RUN mkdir -p "$(dirname {orig_prefix})" && ln -s {prefix} {orig_prefix} \\
+ && echo {prefix}/lib > /etc/ld.so.conf.d/python3.10.conf && ldconfig
 """
 
 
 def python310_prefix():
     """This machine's CPython 3.10 installation prefix (override: KUNLUN_SIM_PYTHON310_PREFIX)."""
-    cands = [os.environ.get("KUNLUN_SIM_PYTHON310_PREFIX", "")]
-    cands += sorted(glob.glob("/root/.pyenv/versions/3.10*"), reverse=True)
-    for cand in cands:
-        if cand and os.path.exists(os.path.join(cand, "bin", "python3.10")):
-            return os.path.realpath(cand)
+    prefix = base_python.cpython310_prefix()
+    if prefix:
+        return prefix
     raise SimError(
         "no CPython 3.10 installation on this machine for the stand-in base image (the torch "
         "installer and wheels are cp310). Fix: `pyenv install 3.10` or set "
@@ -124,18 +128,26 @@ def _wheel(name, version):
     return sorted(found)[0]
 
 
-def base_key(py_prefix):
+def base_key(profile):
+    """The hash of the base image's inputs; `profile` is base_python.resolve()'s."""
     h = hashlib.sha256()
-    with open(os.path.abspath(__file__), "rb") as fh:
-        h.update(hashlib.sha256(fh.read()).digest())
+    for path in (os.path.abspath(__file__), base_python.__file__):
+        with open(path, "rb") as fh:
+            h.update(hashlib.sha256(fh.read()).digest())
     h.update(sim_image.rootfs_key().encode())
-    h.update(("%s|%s|%s|%s" % (py_prefix, UV_VERSION, SETUPTOOLS_VERSION, ",".join(APT_PACKAGES))).encode())
-    out = subprocess.run(
-        [os.path.join(py_prefix, "bin", "python3.10"), "-c", "import platform; print(platform.python_version())"],
-        capture_output=True,
-        text=True,
-    )
-    h.update(out.stdout.encode())
+    h.update(("%s|%s|%s|%s" % (profile["kind"], UV_VERSION, SETUPTOOLS_VERSION, ",".join(APT_PACKAGES))).encode())
+    if profile["prefix"]:
+        h.update(profile["prefix"].encode())
+        out = subprocess.run(
+            [
+                os.path.join(profile["prefix"], "bin", "python3.10"),
+                "-c",
+                "import platform; print(platform.python_version())",
+            ],
+            capture_output=True,
+            text=True,
+        )
+        h.update(out.stdout.encode())
     return h.hexdigest()[:16]
 
 
@@ -192,8 +204,8 @@ def build(pins, out, log=log):
     rel = pins["kunlun_stack_base_image_archive"]
     name = pins["kunlun_stack_base_image"]
     dest = os.path.join(out, rel)
-    py_prefix = python310_prefix()
-    key = base_key(py_prefix)
+    profile = base_python.resolve()
+    key = base_key(profile)
     stamp = os.path.join(
         CACHE_DIR, "base-image-stamps", hashlib.sha256(os.path.abspath(dest).encode()).hexdigest()[:16]
     )
@@ -223,21 +235,31 @@ def build(pins, out, log=log):
             if not os.path.exists(os.path.join(ctx, "uv")):
                 raise SimError("%s holds no uv binary" % uv_whl)
             shutil.copy(st_whl, ctx)
-            _python_tar(py_prefix, os.path.join(ctx, "python310.tar"))
+            if profile["prefix"]:
+                _python_tar(profile["prefix"], os.path.join(ctx, "python310.tar"))
+                apt = APT_PACKAGES
+                python_steps = PYTHON310_STEPS.format(prefix=PY_PREFIX, orig_prefix=profile["prefix"])
+                python = PY_PREFIX + "/bin/python3.10"
+            else:
+                apt = APT_PACKAGES + profile["apt"]
+                python_steps = ""
+                python = "/usr/bin/python" + profile["minor"]
             with open(os.path.join(ctx, "Dockerfile"), "w") as fh:
                 fh.write(
                     DOCKERFILE.format(
                         rootfs=rootfs,
-                        apt=" ".join(APT_PACKAGES),
-                        prefix=PY_PREFIX,
-                        orig_prefix=py_prefix,
+                        apt=" ".join(apt),
+                        python_steps=python_steps,
+                        python=python,
                         venv=VENV,
                         setuptools=os.path.basename(st_whl),
                         label=KEY_LABEL,
                         key=key,
                     )
                 )
-            log("building %s (key %s) on the sim engine" % (name, key))
+            log(
+                "building %s (key %s, Python %s: %s) on the sim engine" % (name, key, profile["minor"], profile["kind"])
+            )
             env = dict(docker_env(), DOCKER_BUILDKIT="0")
             proc = subprocess.run(
                 [docker_cli(), "build", "--network", "host", "-t", name, ctx], capture_output=True, text=True, env=env

@@ -57,6 +57,8 @@ from pathlib import Path
 
 import yaml
 
+from kunlun_fleet.sim import base_python
+from kunlun_fleet.sim import config as sim_config
 from kunlun_fleet.sim.artifacts import model as model_mod
 from kunlun_fleet.sim.artifacts.torch_run import build_torch_run
 from kunlun_fleet.sim.artifacts.wheel import build_wheel, tree_files
@@ -68,13 +70,15 @@ ENGINE_DEFAULTS = os.path.join(REPO_ROOT, "roles", "engine", "defaults", "main.y
 ARTIFACTS = os.path.join(HERE, "artifacts")
 XRE_MODULE = os.path.join(HERE, "kit", "xre.py")
 SIM_HOME = os.path.abspath(os.environ.get("KUNLUN_SIM_HOME", "/var/lib/kunlun-sim"))
-CACHE_DIR = os.path.join(SIM_HOME, "cache")
+# The test fleet's one cache directory (config.py): downloads and stamps, keyed by inputs.
+CACHE_DIR = sim_config.CACHE_DIR
 MANIFEST = "MANIFEST.sha256"
 SIM_INVENTORY = os.path.join(REPO_ROOT, "inventories", "sim")
-# The vendor's and the index's file names of the stand-ins (the pins name no file).
-WHEEL_TAG = "cp310-cp310-linux_x86_64"
+# The vendor's and the index's file names of the stand-ins (the pins name no file). The
+# vendor's are cp310; under the stand-in base image's Debian fallback, its tag (base_python.py).
+WHEEL_TAG = base_python.resolve()["wheel_tag"]
 VLLM_WHEEL_TAG = "cp38-abi3-manylinux_2_31_x86_64"
-TORCH_RUN = "xpytorch-cp310-torch251-ubuntu2004-x64.run"
+TORCH_RUN = "xpytorch-%s-torch251-ubuntu2004-x64.run" % WHEEL_TAG.split("-")[0]
 BASE_ARCHIVE = "vllm-kunlun-exp-base.tar"
 # The builder's code and the sim inventory's pins shape the bundle too.
 PRODUCT_SOURCES = [
@@ -182,6 +186,7 @@ def sources_hash() -> str:
         with open(path, "rb") as fh:
             h.update(hashlib.sha256(fh.read()).digest())
     h.update(str(COCOPOD_METADATA_VERSION).encode())
+    h.update(WHEEL_TAG.encode())
     h.update(debs_key(engine_bundle_packages()).encode())
     return h.hexdigest()
 
@@ -655,7 +660,8 @@ def build_base_image(pins: dict, out: str) -> str:
     Made by kunlun_fleet/sim/base_image.py on the sim fleet's engine: the sim fleet's
     debootstrap root (Debian 12), this machine's CPython 3.10 at /opt/python3.10 with a venv
     at /opt/vllm_kunlun (no pip), uv and setuptools from PyPI, gcc and libc6-dev. Its Python
-    is 3.10.x, not the pinned 3.10.19 (see base_image.py).
+    is 3.10.x, not the pinned 3.10.19, or Debian's 3.11 where this machine has no 3.10 (see
+    base_image.py and base_python.py).
     """
     from kunlun_fleet.sim import base_image
     from kunlun_fleet.sim.config import SimError

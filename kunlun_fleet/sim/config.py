@@ -2,7 +2,12 @@
 
 Everything the sim fleet owns lives under one directory, ``KUNLUN_SIM_HOME``
 (default ``/var/lib/kunlun-sim``): the engine's data-root, exec-root, socket and
-pidfile, the data-disk files, the SSH key, the image build cache and the bundle.
+pidfile, the data-disk files, the SSH key, the build scratch and the bundle.
+
+What the test fleet builds or downloads from unchanged inputs is kept in one cache
+directory, ``KUNLUN_FLEET_CACHE`` (default ``$KUNLUN_SIM_HOME/cache``), each artifact under
+a key that hashes its inputs (docs/testing.md, "Caches"): it outlives a clone, `sim-down`
+and `sim-down --purge`; removing it rebuilds everything.
 """
 
 import fcntl
@@ -47,6 +52,7 @@ SSH_KEY = os.path.join(SSH_DIR, "id_ed25519")
 STATE_FILE = os.path.join(SIM_HOME, "state.json")
 LOCK_FILE = os.path.join(SIM_HOME, "lock")
 BUILD_DIR = os.path.join(SIM_HOME, "build")
+CACHE_DIR = os.path.abspath(os.environ.get("KUNLUN_FLEET_CACHE") or os.path.join(SIM_HOME, "cache"))
 BUNDLE_DIR = os.path.join(SIM_HOME, "bundle")
 OLD_DRIVERS_DIR = os.path.join(SIM_HOME, "old-drivers")
 # Tag written into the lo_file_name of every loop device the in-host LVM kit attaches.

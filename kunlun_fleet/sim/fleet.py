@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import yaml
 
-from . import cpu_groups, engine, image, loopdev
+from . import base_python, cpu_groups, engine, image, loopdev
 from .config import (
     BUNDLE_DIR,
     CONTAINER_PREFIX,
@@ -732,8 +732,16 @@ def write_inventory(indexes, keys, inventory=INVENTORY_DIR):
         GENERATED + "# This machine's extra CA certificates (its egress proxy's), trusted on\n"
         "# the sim hosts the way the product trusts any extra CA (ca_trust_ role), and\n"
         "# its address on the sim network, the bridge's, from which it runs kunlun-fleet:\n"
-        "# the controller's address of the host firewall (roles/firewall).\n---\n"
-        + _yaml({"ca_trust_certificates": cas, "firewall_admin_sources": [GATEWAY + "/32"]}),
+        "# the controller's address of the host firewall (roles/firewall). The Python\n"
+        "# the image proof expects when the stand-in base image is not on this machine's\n"
+        "# CPython 3.10 (empty: the pin's; kunlun_fleet/sim/base_python.py).\n---\n"
+        + _yaml(
+            {
+                "ca_trust_certificates": cas,
+                "firewall_admin_sources": [GATEWAY + "/32"],
+                "image_proof_python_version": base_python.resolve()["proof_python_version"],
+            }
+        ),
     )
     _atomic_write(
         os.path.join(inventory, "group_vars", "all", "pki.yml"),

@@ -1,7 +1,8 @@
 """The sim-host image: a Debian 12 root filesystem made with debootstrap (no image
 registry is reachable), the hardware kit from ``kit/rootfs`` copied in, imported with
-``tar | docker import``. Tagged by a hash of every input, so unchanged inputs are not
-rebuilt; the debootstrap tarball is cached by its own (smaller) set of inputs.
+``tar | docker import``. Tagged by a hash of every input (image_key), so unchanged inputs
+are not rebuilt; the debootstrap tarball is kept in the cache directory (config.CACHE_DIR)
+under its own, smaller set of inputs (rootfs_key).
 
 The machine's CA certificates are NOT baked in: the product has one documented way to
 trust extra CAs (the ca_trust_ role, fed by ``ca_trust_certificates`` in the sim
@@ -16,7 +17,7 @@ import subprocess
 import tarfile
 import time
 
-from .config import BUILD_DIR, DOCKER_HOST, KIT_ROOTFS, SimError, log, run
+from .config import BUILD_DIR, CACHE_DIR, DOCKER_HOST, KIT_ROOTFS, SimError, log, run
 from .engine import docker, docker_cli, docker_env
 
 IMAGE_REPO = "kunlun-fleet/sim-host"
@@ -104,13 +105,15 @@ def _hash_tree(h, root):
 
 
 def rootfs_key():
+    """Hash of the debootstrap root's inputs: the suite, the variant, the mirror, the packages."""
     h = hashlib.sha256()
     h.update(("%s|%s|%s|%s" % (SUITE, VARIANT, MIRROR, ",".join(sorted(PACKAGES)))).encode())
     return h.hexdigest()[:16]
 
 
 def image_key():
-    """Hash of all inputs: rootfs inputs, the recipe, the kit files, the kernel release."""
+    """Hash of all inputs: rootfs inputs, the recipe (this file), the masked units, the kit
+    files, the kernel release (the headers stand-in is made for it)."""
     h = hashlib.sha256()
     h.update(rootfs_key().encode())
     h.update(RECIPE_VERSION.encode())
@@ -132,10 +135,13 @@ def image_exists(tag):
 
 
 def _debootstrap_tarball():
+    """The debootstrap root as a tarball in the cache, made once for its inputs (rootfs_key);
+    the sim-host image, the stand-in base image and the EE base are all made from it."""
     key = rootfs_key()
-    tarball = os.path.join(BUILD_DIR, "debootstrap-%s-%s.tar" % (SUITE, key))
+    tarball = os.path.join(CACHE_DIR, "debootstrap", "debootstrap-%s-%s.tar" % (SUITE, key))
     if os.path.exists(tarball):
         return tarball
+    os.makedirs(os.path.dirname(tarball), exist_ok=True)
     target = os.path.join(BUILD_DIR, "debootstrap-%s" % key)
     if os.path.exists(target):
         shutil.rmtree(target)

@@ -34,21 +34,22 @@ def free_port() -> int:
 
 
 def python310():
-    """The CPython 3.10 the sim fleet builds its base image from (the serving image's
-    interpreter; kunlun_fleet.sim.base_image.python310_prefix finds it), or None."""
-    from kunlun_fleet.sim.base_image import python310_prefix
+    """The interpreter of the sim's base image on this machine (kunlun_fleet.sim.base_python:
+    a CPython 3.10 where the machine has one, else Debian's python3.11, the fallback), or None.
+    The stand-in wheels the bundle holds are tagged for the same one."""
+    from kunlun_fleet.sim import base_python
     from kunlun_fleet.sim.config import SimError
 
     try:
-        return os.path.join(python310_prefix(), "bin", "python3.10")
+        return base_python.interpreter(base_python.resolve())
     except SimError:
         return None
 
 
 # Why a test that needs it skips (an error under make test / CI).
 NO_PY310 = (
-    "needs CPython 3.10, the serving image's interpreter: `pyenv install 3.10`, or "
-    "KUNLUN_SIM_PYTHON310_PREFIX set to a CPython 3.10 prefix"
+    "needs the base image's Python on this machine: a CPython 3.10 (`pyenv install 3.10`, or "
+    "KUNLUN_SIM_PYTHON310_PREFIX), or Debian's python3.11 with python3-venv (the fallback)"
 )
 
 
@@ -66,6 +67,8 @@ def install_stack(bundle_dir: Path, work: Path, python: str) -> dict:
     # modules imported are compiled when first imported (transformers alone: ~7 CPU-s less).
     env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INDEX="1", PIP_COMPILE="false")
     env.pop("PYTHONPATH", None)
+    # The venv's bytecode in its own __pycache__ (see venv_env), not under the run's prefix.
+    env.pop("PYTHONPYCACHEPREFIX", None)
 
     def sh(*cmd, **kw):
         proc = subprocess.run(list(cmd), env=kw.pop("env", env), capture_output=True, text=True, **kw)
@@ -146,6 +149,11 @@ def venv_env(dev_dir: Path, **extra) -> dict:
     """server_env for a venv holding the installed stack (no source tree on the path)."""
     env = server_env(dev_dir, **extra)
     env.pop("PYTHONPATH", None)
+    # Bytecode beside the venv's files, where Python keeps it by default: a package moved
+    # aside takes its own along. Under the run's prefix (tests/conftest.py), keyed by path,
+    # source mtime and size, a variant installed in its place from a tarball (mtimes kept)
+    # whose files differ only in a commit id ran the moved package's bytecode.
+    env.pop("PYTHONPYCACHEPREFIX", None)
     return env
 
 

@@ -233,8 +233,10 @@ def test_delivered_ext4_home_adopted_with_the_users_data(first_run):
 def test_image_built_once_and_pulled_by_the_two_others(first_run):
     """The image stage from bare hosts: one build on the builder, pushed once to the
     builder's registry, pulled by the two other hosts; the controller carries no image.
-    (The proof on every host and the role's own idempotence are in molecule/image; the
-    second run and check mode of the whole site are below.)"""
+    This is the one proof of that distribution from bare hosts: molecule/image runs on these
+    hosts as this file leaves them and builds nothing (its verify runs the proof module on
+    every host and checks the registry's binding). The stage's re-run, pushing and pulling
+    nothing, and check mode are the whole site's, below."""
     # Task headers only (the timing summary at the end names slow tasks again).
     assert first_run.count("TASK [image : Build | Build the image") == 1, first_run[-3000:]
     push = first_run.split("TASK [image : Push | Push the tag to the fleet registry")[1].split("TASK [")[0]
@@ -379,10 +381,6 @@ def unit_image(index):
     return ssh(index, "cat /etc/kunlun-serve/image").stdout.strip()
 
 
-def image_id(index, ref):
-    return ssh(index, "docker image inspect --format '{{.Id}}' %s" % ref).stdout.strip()
-
-
 def test_acceptance_lines(first_run):
     """A line per host and one for the endpoint, each with a measured figure and the verdict
     that figure earns against the target. The figure is the stand-in's pace on a shared
@@ -484,28 +482,10 @@ def started_at(index):
     return ssh(index, "systemctl show -P ActiveEnterTimestampMonotonic kunlun-serve.service").stdout.strip()
 
 
-def test_rollback_playbook_serves_previous_then_current_again(first_run):
-    """On one host (`--limit`, the operator's batch): the same playbook and role run on
-    every host of a batch. Hosts one after another under load, each behind the capacity
-    gate and drained: the driver stage's rolling pass (tests/upgrade/test_driver_rolling_sim.py);
-    the serve rollout's batches from its plan: tests/unit/test_rollout_capacity.py."""
-    # A "previous" image: the current one with another label (another image ID).
-    ssh(
-        2,
-        "printf 'FROM kunlun-serving:current\\nLABEL kf.e2e=previous\\n' "
-        "| docker build -q -t kunlun-serving:previous -",
-    )
-    previous, current = image_id(2, "kunlun-serving:previous"), image_id(2, "kunlun-serving:current")
-    others = {i: unit_image(i) for i in (1, 3)}
-    rc, out = ansible_playbook("playbooks/rollback.yml", "--limit", "kf-node-2")
-    assert rc == 0, out[-6000:]
-    assert unit_image(2) == previous
-    assert {i: unit_image(i) for i in (1, 3)} == others
-    url, model, key = endpoint()
-    assert ask(url, model, key)
-    rc, out = ansible_playbook("playbooks/serve.yml", "--limit", "kf-node-2")
-    assert rc == 0, out[-6000:]
-    assert unit_image(2) == current
+# The rollback playbook (`kunlun-fleet stage rollback --limit`, one host) is proved once, on
+# the image a real promotion kept as previous: tests/upgrade/test_promotion_sim.py
+# (suite upgrade-sim, on the fleet this file leaves). Hosts one after another under load,
+# each behind the capacity gate and drained: tests/upgrade/test_driver_rolling_sim.py.
 
 
 def ask(url, model, key):

@@ -14,6 +14,12 @@ import pytest
 
 from image_helpers import PINS, ROOT
 
+from kunlun_fleet.sim import base_python
+
+# The stand-in base image's Python: this machine's CPython 3.10, or Debian's 3.11 where it
+# has none (what the proof then expects instead of the pin, as the sim inventory's machine.yml).
+BASE_PYTHON = base_python.resolve()
+
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
 SOCK = os.path.join(os.environ.get("KUNLUN_SIM_HOME", "/var/lib/kunlun-sim"), "docker.sock")
@@ -91,6 +97,8 @@ def probe(image, nodes, tmp_path, error_node=None, quantization=None):
         major, minor = ("61", str(error_node)) if name == "xpu%s" % error_node else ("1", "3")
         subprocess.run(["mknod", str(devdir / name), "c", major, minor], check=True)
     comps = PINS["kunlun_stack_components"]
+    if BASE_PYTHON["proof_python_version"]:
+        comps = dict(comps, python=dict(comps["python"], version=BASE_PYTHON["proof_python_version"]))
     devices = ["/dev/xpu%d" % i for i in range(nodes)] + ["/dev/xpuctrl"]
     cmd = mod.probe_command(
         "docker",
@@ -197,7 +205,7 @@ def test_no_pip_in_the_venv(built_image):
 # Images built from the proved one with one part of a known-bad combination, the way an
 # operator with kunlun_stack_allow_unvalidated would get them: the stand-in stack then
 # fails where the real one fails (the server at start, or the proof).
-SP = "/opt/vllm_kunlun/lib/python3.10/site-packages"
+SP = "/opt/vllm_kunlun/lib/python%s/site-packages" % BASE_PYTHON["minor"]
 BAD = {
     "transformers-5.5.3": (
         "COPY {wheel} /tmp/\n"

@@ -79,16 +79,17 @@ def prometheus(sim_fleet):
 
 @pytest.fixture(scope="module")
 def monitored(prometheus):
-    """The stage run on the fleet as the e2e left it (a re-run: nothing to change there)."""
-    proc = subprocess.run(
-        [os.path.join(VENV_BIN, "ansible-playbook"), "-i", INVENTORY, "playbooks/monitoring.yml"],
-        cwd=REPO,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    """The fleet as the e2e left it: monitored by site.yml's monitoring stage. A re-run of
+    the stage is not made here: that a converged fleet's re-run changes nothing is the e2e's
+    second run of site.yml (tests/e2e/test_site.py, every stage, the monitoring one too).
+    What this suite needs is Prometheus answering through the tunnel."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return api("/api/v1/status/buildinfo")["version"]
+        except OSError as exc:
+            assert time.monotonic() < deadline, "Prometheus on kf-node-1 does not answer through the tunnel: %s" % exc
+            time.sleep(2)
 
 
 def test_every_target_is_up(monitored):

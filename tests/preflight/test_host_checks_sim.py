@@ -107,8 +107,8 @@ SERIAL = r"02K[0-9A-F]{6}%04d"
 def test_a_card_in_the_low_power_mode_is_refused(fresh_host):
     """One host, card 3 capped at 120 W: refused, naming the card and the fix. With
     kunlun_stack_require_full_power false, a warning and the run goes on:
-    tests/unit/test_full_power_tasks.py::test_not_required_is_a_warning_and_the_run_goes_on
-    (the same tasks; a playbook that passes on a host with the driver: the e2e's second run)."""
+    tests/unit/test_full_power_tasks.py::test_the_cases_in_one_run_each_host_its_own_outcome
+    (its host not-required; the same tasks; a playbook that passes on a host with the driver: the e2e's second run)."""
     host(fresh_host, "xpu_power_cap=3:120")
     ssh(INDEX, "wipefs -q -a /dev/vdb")
     rc, out = preflight()

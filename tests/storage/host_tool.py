@@ -19,6 +19,7 @@ then either SIGKILLs it (victim "module"; "module-tree" also kills its children)
 HIT and waits for "go" on stdin before letting it run on (victim "controller": the test
 kills ansible-playbook on the controller meanwhile). A state file is "fresh" once it was
 rewritten after the watcher started, so a phase left by an earlier killed run never counts.
+It polls every 0.5 ms while the module holds its lock, every 10 ms until then (watch()).
 """
 
 import argparse
@@ -430,7 +431,13 @@ def watch(a):
         elif a.point == "config-written":
             hit = daemon_root(a.daemon_json) == a.target
         if not hit:
-            time.sleep(0.0005)
+            # Every 0.5 ms while the carry-over module runs (it holds the lock; its windows
+            # may be a few system calls wide). Before it starts (ansible's start and the
+            # tasks before it: most of a run) every 10 ms: a spin there burned the host's
+            # CPU for nothing, and no point can be missed, since each run of the module
+            # takes the lock first, then scans, copies and verifies before any of them.
+            # daemon.json is written by a task, not the module: always the fast poll.
+            time.sleep(0.0005 if pid is not None or a.point == "config-written" else 0.01)
             continue
         if pid:
             os.kill(pid, signal.SIGSTOP)

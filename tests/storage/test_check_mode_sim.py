@@ -1,19 +1,32 @@
-"""--check --diff of storage + engine on a fresh host with content changes nothing, and
-announces the changes the real run then makes. That a second real run on such a host
-changes nothing is the idempotence step of molecule/storage (home_content) and of
-molecule/engine (an old data-root with content carried), not repeated here.
+"""One fresh host with content (home_content and docker_content: /home and
+/var/lib/docker seeded), one reset for three proofs in the order a host meets them:
 
-The suite's host (kf-node-2, or a scratch lane's) is reset with home_content and
-docker_content. Snapshot (pvs/vgs/lvs, disks, findmnt, /etc/fstab, daemon.json, a
-checksum list of /home, a listing of /var/lib/docker, images, units, packages) before and
-after the check run must be identical. Per-task results come from the ansible.posix.json
-callback.
+Bad input first: storage refuses with a message naming the item and the fix, and changes
+NOTHING (snapshot of LVM, disks, mounts, fstab, the /home tree with checksums,
+daemon.json, data-roots, drop-ins, packages before == after). Covered elsewhere and not
+repeated here: the data disk holding a filesystem (preflight,
+tests/preflight/test_host_checks_sim.py), the module's own refusals on loop devices
+(tests/integration/test_carry_over_local.py), data_disk_info's classification (unit).
+
+Then --check --diff of storage + engine on that host (the refusals left it as the reset
+made it: their snapshots prove it) changes nothing, and announces the changes the real run
+then makes; the real run converging that same host is also the proof that the refusals
+left it usable. That a second real run on such a host changes nothing is the idempotence
+step of molecule/storage (home_content) and of molecule/engine (an old data-root with
+content carried), not repeated here. Snapshot (pvs/vgs/lvs, disks, findmnt, /etc/fstab,
+daemon.json, a checksum list of /home, a listing of /var/lib/docker, images, units,
+packages) before and after the check run must be identical. Per-task results come from
+the ansible.posix.json callback.
 
 Then, on the host the real run leaves (the volume mounted, the engine running on
 /home/docker), the engine stage's refusals of bad input: each refused before any change,
-with a message naming the item and the fix (the snapshot before == after)."""
+with a message naming the item and the fix (the snapshot before == after).
+
+The suite's host: kf-node-2, or a scratch lane's."""
 
 import json
+import os
+import subprocess
 
 import pytest
 
@@ -66,14 +79,100 @@ def changed_tasks(proc):
     return changed, failed, notified, ran - changed
 
 
+# Whether the module's host is as its reset made it: a refusal changes nothing and the
+# bad-input test puts back what it injected, unless it failed half-way.
+_HOST = {"fresh": False}
+
+
+def content_host():
+    """The module's host with content, reset (again) unless it is still as a reset made it."""
+    if not _HOST["fresh"]:
+        sim("sim-reset", str(HOST), "--fault", "home_content=1", "--fault", "docker_content=1")
+        wait_seeded("/var/lib/kunlun-kit/home.manifest", "/var/lib/kunlun-kit/docker.manifest")
+        upload_tool()
+        _HOST["fresh"] = True
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 600 MiB loop disk on the machine; attach() gives it to the suite's host as /dev/vdc
+    (device nodes of any loop are allowed in the sim hosts). Call attach() after the host
+    is reset (a reset makes a new container). Detached afterwards."""
+    img = tmp_path / "small.img"
+    subprocess.run(["truncate", "-s", "600M", str(img)], check=True)
+    dev = subprocess.run(
+        ["losetup", "--find", "--show", str(img)], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    rdev = os.stat(dev).st_rdev
+
+    def attach():
+        sh("rm -f /dev/vdc && mknod -m 0660 /dev/vdc b %d %d" % (os.major(rdev), os.minor(rdev)))
+        return "/dev/vdc"
+
+    yield attach
+    sh("rm -f /dev/vdc", check=False)
+    subprocess.run(["losetup", "-d", dev], check=False)
+
+
+def test_storage_refuses_bad_disks_mounts_and_room(_hosts_to_reset, small_disk):
+    content_host()
+    _hosts_to_reset.add(HOST)
+    _HOST["fresh"] = False
+    small_disk()
+    # the tool's packages are installed and the package index known: a refused run has
+    # then nothing to install, so "nothing changed" covers every task
+    sh(
+        "apt-cache show lvm2 >/dev/null 2>&1 || apt-get update -qq; "
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lvm2 xfsprogs rsync acl >/dev/null"
+    )
+
+    # 1. the data disk is a PV of another volume group
+    sh("pvcreate -q /dev/vdb && vgcreate -q othervg /dev/vdb")
+    refused("storage.yml", ["/dev/vdb", "another volume group othervg", "storage_take_disks"])
+    sh("vgremove -q -f othervg && pvremove -q /dev/vdb && wipefs -q -a /dev/vdb")
+
+    # 2. the data disk holds a partition table (an MBR with one partition)
+    sh(r"""python3 - <<'EOF'
+import struct
+mbr = bytearray(512)
+mbr[446:462] = struct.pack('<B3sB3sII', 0, b'\0\x02\0', 0x83, b'\0\0\0', 2048, 204800)
+mbr[510:512] = b'\x55\xaa'
+with open('/dev/vdb', 'r+b') as f:
+    f.write(mbr)
+EOF
+blkid -p -o value -s PTTYPE /dev/vdb""")
+    refused("storage.yml", ["/dev/vdb", "dos", "storage_take_disks"])
+    sh("wipefs -q -a /dev/vdb")
+
+    # 3. /home is already mounted from another device
+    sh("mount -t tmpfs -o size=64m kf-other-home /home")
+    try:
+        refused("storage.yml", ["/home is already mounted from kf-other-home", "unmount"])
+    finally:
+        sh("umount /home")
+
+    # 4. the content of /home does not fit the volume the disks will make
+    sh("fallocate -l 700M /home/alice/big-allocated.bin")
+    refused(
+        "storage.yml",
+        ["/dev/vdc", "nothing was changed", "add data disks to storage_data_disks"],
+        "-e",
+        '{"storage_data_disks": ["/dev/vdc"], "storage_min_size_gib": 0}',
+    )
+    sh("rm /home/alice/big-allocated.bin")
+    # That the same host with good input still converges (the refusals left it usable) is
+    # the real run of checked_then_run, on this host, next.
+    sh("rm -f /dev/vdc")
+    _HOST["fresh"] = True
+
+
 @pytest.fixture(scope="module")
 def checked_then_run(_hosts_to_reset):
-    """The host with content: storage and engine in --check --diff between two snapshots,
-    then both for real (per-task results of each run)."""
-    sim("sim-reset", str(HOST), "--fault", "home_content=1", "--fault", "docker_content=1")
+    """The host with content (as the bad-input test leaves it, or reset): storage and engine
+    in --check --diff between two snapshots, then both for real (per-task results of each run)."""
+    content_host()
     _hosts_to_reset.add(HOST)
-    wait_seeded("/var/lib/kunlun-kit/home.manifest", "/var/lib/kunlun-kit/docker.manifest")
-    upload_tool()
+    _HOST["fresh"] = False
     found = {"before": snapshot(), "check": {}, "real": {}}
     for name in ("storage.yml", "engine.yml"):
         found["check"][name] = stage(name, "--check", "--diff", env=JSON)[0]

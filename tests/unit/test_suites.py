@@ -209,7 +209,8 @@ def test_phase_two_suites_leave_the_other_lanes_hosts_alone(tmp_path, monkeypatc
 def test_an_on_demand_suite_runs_only_when_named(tmp_path, monkeypatch):
     """A run of everything leaves out the on-demand suites (tests the run has no room for);
     --only runs them."""
-    assert [s.name for s in suites.ALL if s.on_demand] == ["upgrade-promotion"]
+    # Every suite runs in the default run today (issue 48: the promotion path back in it).
+    assert [s.name for s in suites.ALL if s.on_demand] == []
 
     def suite(name, **kw):
         return suites.Suite(

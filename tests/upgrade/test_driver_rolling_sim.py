@@ -21,7 +21,8 @@ tests/driver/test_driver_faults.py. The way back to XRE 5.0.21.26 is the same pa
 driver that is not the pin) and is left out for the suite's time: this runs last on the
 shared fleet's lane and leaves the fleet serving on XRE 5.0.21.27 (the phase-2 suites after
 it do not run the driver stage; on a reused fleet tests/upgrade/conftest.py puts the pin back
-first)."""
+first). The stack upgrades and the promotion path (test_upgrade_sim.py, test_promotion_sim.py)
+run before it in the same suite, on the pinned XRE, so nothing puts the pin back in between."""
 
 import json
 import os

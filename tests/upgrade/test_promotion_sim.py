@@ -1,7 +1,8 @@
-"""Stack upgrades on the served 3-host sim fleet that `make test` has no room for (suite
-upgrade-promotion, on demand: docs/upgrades.md, "Tests"), in file order, each test starting
-from where the one before left the fleet (the validated stack on its XRE, as the e2e or a demo
-leaves it; tests/upgrade/conftest.py puts the pinned driver back first):
+"""The promotion path on the served 3-host sim fleet (suite upgrade-sim, after
+test_upgrade_sim.py and before the driver's rolling pass, which leaves another XRE:
+docs/upgrades.md, "Tests"), in file order, each test starting from where the one before left
+the fleet (the validated stack on its pinned XRE, as test_upgrade_sim.py, the e2e or a demo
+leaves it; on a fleet a driver pass left, tests/upgrade/conftest.py puts the pin back first):
 
 - the numerics candidate (0.15.1-e5a7c83): as fast, its greedy outputs diverge at token 6; the
   golden-output gate alone fails it and the canary goes back, the others untouched;
@@ -14,10 +15,11 @@ leaves it; tests/upgrade/conftest.py puts the pinned driver back first):
 - `--to` the previous stack: the way back, promoted the same way, every host on the very image
   it served before, the inventory byte for byte as it was.
 
-Run them after `kunlun-fleet demo` (or the e2e):
-    .venv/bin/python tests/suites.py --only upgrade-promotion
+The rollback playbook is proved here only, on the image a real promotion kept as `previous`
+(the e2e leaves it out). On a served fleet (after `kunlun-fleet demo` or the e2e):
+    .venv/bin/python tests/suites.py --only upgrade-sim
 
-The upgrades CI runs (the stack served, a known-bad stack, the CPU-sampler candidate,
+The upgrades before these (the stack served, a known-bad stack, the CPU-sampler candidate,
 `--check`): tests/upgrade/test_upgrade_sim.py."""
 
 import re

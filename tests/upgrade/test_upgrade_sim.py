@@ -13,12 +13,12 @@ in file order, each test starting from where the one before left the fleet:
 
 The numerics candidate (0.15.1-e5a7c83) caught by the golden-output gate, a good candidate
 (0.15.1-7c1e0a2) promoted under load, the rollback playbook after it and `--to` the previous
-stack back: tests/upgrade/test_promotion_sim.py, on demand (suite upgrade-promotion, not in
-`make test`: the suite has no room for them, docs/upgrades.md). The golden-output gate's
-verdict on the numerics stack's engine is in CI: tests/artifacts/test_stack_variants.py.
+stack back: tests/upgrade/test_promotion_sim.py, right after this file in the same suite
+(upgrade-sim), on the fleet this file leaves. The golden-output gate's verdict on the
+numerics stack's engine itself: tests/artifacts/test_stack_variants.py.
 
 The driver's own rolling pass (a host held out and brought back): test_driver_rolling_sim.py,
-after this file. The orchestration's branches: tests/unit/test_upgrade_run.py; the stand-in
+last in the suite. The orchestration's branches: tests/unit/test_upgrade_run.py; the stand-in
 stacks' behaviour itself: tests/artifacts/test_stack_variants.py."""
 
 import pytest

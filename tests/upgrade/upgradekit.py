@@ -1,6 +1,6 @@
 """What the upgrade suites on the sim fleet share: the stacks they upgrade to, `kunlun-fleet
 upgrade` as an operator runs it, and the readings of the fleet they compare before and after
-(tests/upgrade/test_upgrade_sim.py in CI, tests/upgrade/test_promotion_sim.py on demand)."""
+(tests/upgrade/test_upgrade_sim.py, then tests/upgrade/test_promotion_sim.py, one suite)."""
 
 import json
 import os

@@ -16,7 +16,9 @@ way is the vendor's own recipe:
     sed -i 's/pip/uv pip/g; s/CONDA_PREFIX/VIRTUAL_ENV/g' xpytorch_unpack/setup.sh
     VIRTUAL_ENV=/opt/vllm_kunlun bash xpytorch_unpack/setup.sh
 
-The target interpreter must be CPython 3.10 (cp310 wheels), as with the real installer.
+The target interpreter must be CPython 3.10 (cp310 wheels), as with the real installer; the
+stand-in's tag and check follow the stand-in base image's Python (kunlun_fleet/sim/base_python.py:
+cp311 and 3.11 under its Debian fallback).
 """
 
 import gzip
@@ -25,13 +27,16 @@ import io
 import os
 import tarfile
 
+from kunlun_fleet.sim import base_python
 from kunlun_fleet.sim.artifacts.wheel import build_wheel, tree_files
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TORCH_SRC = os.path.join(HERE, "torch_src")
 TORCH_VERSION = "2.5.1"
 XMLIR_VERSION = "3.3.1.0"
-TAG = "cp310-cp310-linux_x86_64"
+# cp310 as the vendor's, or what the stand-in base image's Python differs by (base_python.py).
+PYTHON = base_python.resolve()
+TAG = PYTHON["wheel_tag"]
 MARKER = "__XPYTORCH_ARCHIVE_BELOW__"
 
 SETUP_SH = """#!/bin/bash
@@ -42,8 +47,8 @@ if [ -z "${CONDA_PREFIX:-}" ]; then
     echo "ERROR: no active environment: CONDA_PREFIX is not set (activate the target environment first)" >&2
     exit 1
 fi
-if ! "${CONDA_PREFIX}/bin/python" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 10) else 1)'; then
-    echo "ERROR: these wheels are for CPython 3.10 (cp310); ${CONDA_PREFIX}/bin/python is not 3.10" >&2
+if ! "${CONDA_PREFIX}/bin/python" -c 'import sys; sys.exit("%d.%d" % sys.version_info[:2] != "@PYTHON@")'; then
+    echo "ERROR: these wheels are for CPython @PYTHON@ (@CPTAG@); ${CONDA_PREFIX}/bin/python is not @PYTHON@" >&2
     exit 1
 fi
 echo "Installing xpytorch @TORCH@ (torch_xmlir @XMLIR@) into ${CONDA_PREFIX}"
@@ -54,8 +59,8 @@ echo "xpytorch @TORCH@ installed"
 HEADER = """#!/bin/sh
 # This script was generated using Makeself 2.4.5
 # The license covering this archive and its contents, if any, is wholly independent of the Makeself license (GPL)
-# xpytorch @TORCH@ (torch_xmlir @XMLIR@), cp310, ubuntu2004 x64
-label="xpytorch-cp310-torch251-ubuntu2004-x64"
+# xpytorch @TORCH@ (torch_xmlir @XMLIR@), @CPTAG@, ubuntu2004 x64
+label="xpytorch-@CPTAG@-torch251-ubuntu2004-x64"
 script="./setup.sh"
 sha256="@SHA256@"
 filesize=@SIZE@
@@ -177,6 +182,8 @@ def build_torch_run(out_path: str, work_dir: str) -> str:
         .replace("@XMLIR@", XMLIR_VERSION)
         .replace("@TORCH_WHEEL@", torch_whl)
         .replace("@XMLIR_WHEEL@", xmlir_whl)
+        .replace("@PYTHON@", PYTHON["minor"])
+        .replace("@CPTAG@", TAG.split("-")[0])
     )
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.USTAR_FORMAT) as tar:
@@ -192,6 +199,7 @@ def build_torch_run(out_path: str, work_dir: str) -> str:
         .replace("@SHA256@", hashlib.sha256(payload).hexdigest())
         .replace("@SIZE@", str(size))
         .replace("@MARKER@", MARKER)
+        .replace("@CPTAG@", TAG.split("-")[0])
     )
     tmp = out_path + ".tmp"
     with open(tmp, "wb") as fh:
