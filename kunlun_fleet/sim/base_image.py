@@ -85,18 +85,6 @@ RUN mkdir -p "$(dirname {orig_prefix})" && ln -s {prefix} {orig_prefix} \\
 """
 
 
-def python310_prefix():
-    """This machine's CPython 3.10 installation prefix (override: KUNLUN_SIM_PYTHON310_PREFIX)."""
-    prefix = base_python.cpython310_prefix()
-    if prefix:
-        return prefix
-    raise SimError(
-        "no CPython 3.10 installation on this machine for the stand-in base image (the torch "
-        "installer and wheels are cp310). Fix: `pyenv install 3.10` or set "
-        "KUNLUN_SIM_PYTHON310_PREFIX to a CPython 3.10 prefix built on Debian 12"
-    )
-
-
 def _wheel(name, version):
     """A real wheel from PyPI, downloaded once into the sim cache."""
     os.makedirs(WHEEL_CACHE, exist_ok=True)
