@@ -12,7 +12,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = yaml.safe_load((ROOT / "roles/kunlun_stack/tasks/packages.yml").read_text())
-CHECK = next(t for t in TASKS if t["name"].startswith("Packages | Whether the package lists offer"))
+# What runs only when a package is missing (packages.yml includes it then).
+INSTALL = yaml.safe_load((ROOT / "roles/kunlun_stack/tasks/packages_install.yml").read_text())
+CHECK = next(t for t in INSTALL if t["name"].startswith("Packages | Whether the package lists offer"))
 SCRIPT = CHECK["vars"]["kunlun_stack_packages_offered"]
 
 # apt-cache policy's own output forms: a candidate, none (known only from dpkg's status or
@@ -46,6 +48,13 @@ def test_no_candidate_or_an_unknown_name_asks_for_a_refresh(tmp_path):
 
 
 def test_the_refresh_runs_when_the_check_fails():
-    refresh = next(t for t in TASKS if t["name"].startswith("Packages | Refresh the package lists"))
+    refresh = next(t for t in INSTALL if t["name"].startswith("Packages | Refresh the package lists"))
     assert "kunlun_stack_packages_known.rc != 0" in refresh["when"]
     assert CHECK["register"] == "kunlun_stack_packages_known"
+
+
+def test_the_install_path_is_included_only_when_a_package_is_missing():
+    include = next(t for t in TASKS if "ansible.builtin.include_tasks" in t)
+    assert include["ansible.builtin.include_tasks"] == "packages_install.yml"
+    assert include["when"] == "kunlun_stack_packages_missing | length > 0"
+    assert [t["name"] for t in INSTALL][-1] == "Packages | Install the missing packages"

@@ -1,5 +1,6 @@
 """The project's strategy plugin: Mitogen's linear strategy, or a clear error naming the fix."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -115,3 +116,37 @@ def test_collections_are_listed_once_per_run_with_mitogens_result():
     # Mitogen still lists every collection per worker (else this patch has no reason)
     assert same_idea == "1", "Mitogen's _load_collections changed: revisit plugins/strategy/mitogen_linear.py"
     assert same_paths == "1" and int(count) >= 3 and replaced == "1"
+
+
+def test_filter_and_test_plugins_are_loaded_before_the_workers_fork():
+    """The plugin loads the Jinja plugins of the configured paths once, in the process that
+    forks the workers: after it, a worker finds them in the cache it inherits (ansible.builtin's
+    and the project's plugins/filter), where it would otherwise load every file again."""
+    code = (
+        "import importlib.util, os\n"
+        "from ansible.plugins.loader import init_plugin_loader, filter_loader, test_loader, PluginLoader\n"
+        "init_plugin_loader()\n"
+        "cached = lambda loader: len(loader._cached_non_collection_wrappers)\n"
+        "before = (cached(filter_loader), cached(test_loader))\n"
+        "spec = importlib.util.spec_from_file_location('mitogen_linear', %r)\n"
+        "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
+        "mod._jinja_plugins_once()\n"
+        "filters, tests = filter_loader._cached_non_collection_wrappers, test_loader._cached_non_collection_wrappers\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    # the worker's first lookup: served from the inherited cache, nothing loaded again\n"
+        "    loaded = []\n"
+        "    PluginLoader.all = lambda *a, **k: loaded.append(1) or iter(())\n"
+        "    found = filter_loader.get_with_context('packages_missing').object is not None\n"
+        "    os._exit(0 if found and not loaded and 'ansible.builtin.to_json' in filters else 3)\n"
+        "print(before[0], before[1], int('packages_missing' in filters), int('ansible.builtin.match' in tests),"
+        " os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))\n"
+    ) % str(PLUGIN)
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    assert proc.returncode == 0, proc.stderr
+    empty_filters, empty_tests, ours, builtin_test, worker = proc.stdout.split()
+    # Empty until then: ansible-core loads them lazily (else this preload has no reason).
+    assert (empty_filters, empty_tests) == ("0", "0")
+    assert ours == "1" and builtin_test == "1"
+    assert worker == "0"
