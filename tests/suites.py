@@ -20,7 +20,7 @@ What a suite costs and how to keep it cheap: docs/testing.md.
     .venv/bin/python tests/suites.py --record        # also write tests/suite_times.json
 
 At the end it prints a table (suite, lane, wall time, CPU seconds, tests, result), the
-total against the 35-minute target, every skipped test with its reason, and fails the run
+total against the 30-minute target, every skipped test with its reason, and fails the run
 when the whole took longer than the budget (45 minutes), naming the suites that grew
 against tests/suite_times.json (docs/testing.md: what a suite may cost). Under this runner
 an environment skip is an error (KF_STRICT_SKIPS=1, tests/conftest.py)."""
