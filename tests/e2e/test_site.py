@@ -57,12 +57,16 @@ def keep(name, text):
 # What a run may change on a host, in one text per host: every file and directory of the
 # root filesystem and /home (type, mode, owner, size, mtime), the mounts, the logical
 # volumes, the systemd units and their states. Left out: what the run's own machinery
-# writes (Ansible's temporary files, logs, systemd's and apt's caches) and the package
-# lists, which check mode refreshes on purpose to tell which packages it would install.
+# writes (Ansible's temporary files, logs, systemd's and apt's caches, and Python's bytecode
+# caches: the modules import the host's own python3-apt, whose .pyc files a host may lack -
+# the sim's debootstrap root made on another machine had them, one made in CI did not) and
+# the package lists, which check mode refreshes on purpose to tell which packages it would
+# install.
 HOST_SNAPSHOT = r"""
 find / -xdev \( -path /proc -o -path /sys -o -path /run -o -path /dev -o -path /tmp -o -path /var/tmp \
   -o -path /var/log -o -path /root/.ansible -o -path /var/lib/systemd -o -path /var/cache \
-  -o -path /var/lib/apt/lists \) -prune -o -path /root -prune -o -printf '%y %m %u %s %T@ %p\n' | LC_ALL=C sort
+  -o -path /var/lib/apt/lists -o -name __pycache__ \) -prune \
+  -o -path /root -prune -o -printf '%y %m %u %s %T@ %p\n' | LC_ALL=C sort
 find /home -xdev -printf '%y %m %u %s %T@ %p\n' | LC_ALL=C sort
 findmnt -rn -o TARGET,SOURCE,FSTYPE,OPTIONS | LC_ALL=C sort
 lvs --noheadings -o vg_name,lv_name,lv_size 2>&1

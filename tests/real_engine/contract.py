@@ -444,12 +444,21 @@ def _any_finish(docs):
     """The chunks with each choice's finish_reason as one placeholder: how many chunks the
     tokens come in is the engine's timing (a loaded real vLLM sent three tokens and the finish
     in one chunk, where it usually sends a chunk a token), so a chunk's shape is compared
-    whether it ends the stream or not; which finish reasons came is compared apart."""
+    whether it ends the stream or not; which finish reasons came is compared apart. Likewise
+    stop_reason, which the chunk that finishes carries (null) and the chunks before it do not:
+    a null one is left out of the shape (a loaded real vLLM sent its four tokens in two chunks,
+    so none came without it, where the stand-in sent three), and `_stream` compares apart
+    that the finishing chunk carries it."""
     out = []
     for d in docs:
         d = dict(d)
         if isinstance(d.get("choices"), list):
-            d["choices"] = [dict(ch, finish_reason="<finish>") if "finish_reason" in ch else ch for ch in d["choices"]]
+            d["choices"] = [
+                {k: v for k, v in dict(ch, finish_reason="<finish>").items() if not (k == "stop_reason" and v is None)}
+                if "finish_reason" in ch
+                else ch
+                for ch in d["choices"]
+            ]
         out.append(d)
     return out
 
@@ -467,6 +476,7 @@ def _stream(c, path, body):
         "done_last": bool(payloads) and payloads[-1] == "[DONE]" and payloads.count("[DONE]") == 1,
         "chunk_shapes": shape(_any_finish(docs)),
         "finish_reasons": [ch["finish_reason"] for ch in choices if ch.get("finish_reason")],
+        "stop_reason_with_the_finish": ["stop_reason" in ch for ch in choices if ch.get("finish_reason")],
         "usage_chunks": [{"choices": d["choices"], "usage": d["usage"]} for d in docs if d.get("usage")],
         "usage": usage[-1] if usage else None,
     }
