@@ -86,12 +86,9 @@ def scratch(index):
     """The environment of a scratch lane: one sim host of its own (kf-node-<index>) in an
     inventory of its own (a fleet beside the shared one, made by the lane's first suite's
     sim-up: kunlun_fleet.sim.testing.sim_fleet). Its suites ask for "their" host with
-    lane_host() and reset it first; none resets it when it ends (the next suite does)."""
-    # ANSIBLE_TIMEOUT: a scratch host runs at a low CPU weight (BESIDE_CPU_SHARES), and its SSH
-    # connect ran past Ansible's 10 s once on a busy machine (driver-faults, 2026-12-02), a local
-    # Mitogen connection past 60 s (driver-faults, 2026-12-04).
+    lane_host() and reset it first; none resets it when it ends (the next suite does).
+    Like every lane beside the phases, it waits 120 s for a connection (run_suite)."""
     return {
-        "ANSIBLE_TIMEOUT": "120",
         "KF_LANE_HOST": "kf-node-%d" % index,
         "KF_SIM_INVENTORY": os.path.join(SIM_HOME, "fleets", "scratch-%d" % index),
     }
@@ -325,7 +322,6 @@ BACKGROUND = [
         ["tests/scale"],
         timeout=1500,
         after="molecule-preflight",
-        env={"ANSIBLE_TIMEOUT": "120"},
     ),
 ]
 BACKGROUND += SCRATCH
@@ -638,12 +634,14 @@ def run_suite(suite):
     # every lane at once, and a new connection to a shared fleet host (the e2e's admission of
     # the controller, delegated to kf-node-2 beside the bare-debian root's unpacking) ran past
     # it once (2026-12-06). A host that is down is still found: the connection is refused or
-    # unreachable long before. The scratch lanes' hosts, at a lower weight, wait 120 s (scratch()).
+    # unreachable long before.
     env.setdefault("ANSIBLE_TIMEOUT", "60")
     if suite.nice:
-        # Beside the phases, at a low CPU weight: a connection (a Mitogen one to localhost
-        # included) and aiperf's services registering with its controller may wait for a
-        # core (aiperf: 30 s by default, AIPERF_SERVICE_REGISTRATION_TIMEOUT).
+        # Beside the phases, at a low CPU weight (their hosts too: BESIDE_CPU_SHARES): a
+        # connection and aiperf's services registering with its controller may wait for a core.
+        # A scratch host's SSH connect ran past 10 s (driver-faults, 2026-12-02), a local
+        # Mitogen connection past 60 s (driver-faults, 2026-12-04); aiperf's registration
+        # waits 30 s by default (AIPERF_SERVICE_REGISTRATION_TIMEOUT; bench-local starved at 256).
         env["ANSIBLE_TIMEOUT"] = "120"
         env.setdefault("AIPERF_SERVICE_REGISTRATION_TIMEOUT", "120")
     env.update(suite.env)

@@ -59,7 +59,7 @@ def keep(name, text):
 # volumes, the systemd units and their states. Left out: what the run's own machinery
 # writes (Ansible's temporary files, logs, systemd's and apt's caches, and Python's bytecode
 # caches: the modules import the host's own python3-apt, whose .pyc files a host may lack -
-# the sim's debootstrap root made on another machine had them, one made in CI did not) and
+# the sim's cached debootstrap root had them, one made afresh in a cold CI run did not) and
 # the package lists, which check mode refreshes on purpose to tell which packages it would
 # install.
 HOST_SNAPSHOT = r"""

@@ -70,16 +70,12 @@ def build_tag(ids):
 
 
 def distributed():
-    """The builder's build tag when every host holds it with the builder's image ID beside
-    its :current, as the image stage leaves the fleet; else None."""
+    """Whether every host holds the builder's one build tag, with the builder's image ID,
+    beside its :current: the fleet as the image stage leaves it."""
     ids = image_ids(BUILDER)
     tags = [t for t in ids if re.fullmatch(r"[0-9a-f]{16}", t)]
-    if len(tags) != 1:
-        return None
-    held = [image_ids(i) for i in PULLERS]
-    if all(h.get(tags[0]) == ids[tags[0]] and "current" in h for h in held) and "current" in ids:
-        return tags[0]
-    return None
+    hosts = [ids] + [image_ids(i) for i in PULLERS]
+    return len(tags) == 1 and all(h.get(tags[0]) == ids[tags[0]] and "current" in h for h in hosts)
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +84,7 @@ def converged(sim_fleet):
     molecule/image's converge, just before in the fleet lane, leaves it so: the stage runs
     here only when the fleet is not (this file run alone), and the tests' own runs below prove
     the stage."""
-    if distributed() is None:
+    if not distributed():
         rc, out = play()
         assert rc == 0, out[-6000:]
     ids = image_ids(BUILDER)

@@ -447,7 +447,7 @@ def _any_finish(docs):
     whether it ends the stream or not; which finish reasons came is compared apart. Likewise
     stop_reason, which the chunk that finishes carries (null) and the chunks before it do not:
     a null one is left out of the shape (a loaded real vLLM sent its four tokens in two chunks,
-    so none came without it, where the stand-in sent three), and `_stream` compares apart
+    so none came without it, where the stand-in sends a chunk a token), and `_stream` compares apart
     that the finishing chunk carries it."""
     out = []
     for d in docs:
