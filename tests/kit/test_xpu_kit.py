@@ -63,14 +63,16 @@ def env(tmp_path):
     return e
 
 
-def sh(env, *cmd, check=False):
+def sh(env, *cmd, check=False, timeout=60):
+    """Run a kit command; the timeout only stops a hang (a starved ansible-playbook in a
+    CI lane beside the fleet took over 60 s: CI 2026-12-07, so the play has its own)."""
     res = subprocess.run(
         [str(c) for c in cmd],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         universal_newlines=True,
-        timeout=60,
+        timeout=timeout,
     )
     if check:
         assert res.returncode == 0, res.stdout + res.stderr
@@ -523,6 +525,7 @@ def test_community_general_modprobe_works_against_the_kit(env, runs, tmp_path):
         "-e",
         "ansible_python_interpreter=%s" % (venv / "bin" / "python"),
         play,
+        timeout=600,
     )
     assert res.returncode == 0, res.stdout + res.stderr
     doc, _ = json.JSONDecoder().raw_decode(res.stdout[res.stdout.index("{") :])

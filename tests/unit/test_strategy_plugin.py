@@ -150,3 +150,80 @@ def test_filter_and_test_plugins_are_loaded_before_the_workers_fork():
     assert (empty_filters, empty_tests) == ("0", "0")
     assert ours == "1" and builtin_test == "1"
     assert worker == "0"
+
+
+# Templates and expressions whose compiled code differs by the compile's settings: a role
+# default naming another, filters, a loop, a `#jinja2:` override header, backslashes escaped
+# or not (the same source, two codes), and conditionals.
+CODE_CACHE_PROBE = r"""
+import importlib.util, json, os, sys
+from ansible.errors import AnsibleError
+from ansible.template import Templar, trust_as_template
+from ansible.parsing.dataloader import DataLoader
+
+VARS = {"a": 3, "b": trust_as_template("{{ a * 2 }}")}
+TEMPLATES = [
+    "{{ b | int + 1 }}",
+    "{{ [1, 2, 3] | map('string') | join(',') }}",
+    "{% for i in range(a) %}{{ i }}{% endfor %}",
+    "#jinja2:variable_start_string:'[[',variable_end_string:']]'\n[[ a ]] {{ a }}",
+]
+CONDITIONALS = ["a == 3", "b | int > 5", "'x' in 'xyz'"]
+def render():
+    t = Templar(loader=DataLoader(), variables=VARS)
+    out = [t.template(trust_as_template(s)) for s in TEMPLATES]
+    out += [t.evaluate_conditional(trust_as_template(c)) for c in CONDITIONALS]
+    out.append(t.template(trust_as_template("{{ 'a\\nb' }}"), escape_backslashes=False))
+    out.append(t.template(trust_as_template("{{ 'a\\nb' }}")))
+    try:
+        t.template(trust_as_template("{{ a + }}"))
+    except AnsibleError as exc:
+        out.append(type(exc).__name__)
+    return out
+
+plain = render()
+spec = importlib.util.spec_from_file_location("mitogen_linear", sys.argv[1])
+mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+mod._template_code_cache()
+cache = mod._CODE_CACHE
+first = render(); after_first = dict(cache)
+files = len(os.listdir(cache["dir"]))
+pid = os.fork()
+if pid == 0:  # a worker: the run's earlier compiles are read, none made again
+    before = dict(cache)
+    ok = render() == plain and cache["misses"] == before["misses"] + 1  # the syntax error only
+    os._exit(0 if ok else 3)
+worker = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+print(json.dumps({"plain": plain, "first": first, "after_first": after_first, "files": files,
+                  "patched": cache["dir"] != "", "worker": worker}))
+"""
+
+
+def test_a_worker_reads_the_code_of_templates_the_run_compiled_before(tmp_path):
+    """The plugin keeps each template's and expression's compiled code for the run: a
+    worker forked after another process compiled a template reads its code instead of
+    compiling it again, the results are the same as ansible-core's own compiles (backslashes
+    escaped or not, a `#jinja2:` override, conditionals), and a compile error is raised
+    each time, never cached."""
+    import json
+
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_LOCAL_TEMP=str(tmp_path))
+    proc = subprocess.run(
+        [sys.executable, "-c", CODE_CACHE_PROBE, str(PLUGIN)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["patched"], "ansible-core's templating changed: revisit plugins/strategy/mitogen_linear.py"
+    assert got["plain"][:6] == [7, "1,2,3", "012", "3 {{ a }}", True, True]
+    assert got["plain"][-3:] == ["a\nb", "a\\nb", "AnsibleTemplateSyntaxError"]
+    assert got["first"] == got["plain"]
+    # Ten sources (b's template among them), each compiled once in the run and written; the
+    # syntax error compiled and not written; b's template read back at its second use.
+    assert got["files"] == 10, got
+    assert got["after_first"]["misses"] == 11 and got["after_first"]["hits"] >= 1, got
+    assert got["worker"] == 0
