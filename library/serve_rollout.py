@@ -21,6 +21,9 @@ description:
   - I(mode=plan) returns the rollout's batches for the hosts that need a restart (the play's C(serial)), a canary
     of one, then I(max_unavailable) hosts (an int or a percentage of I(total), at least one), shrunk when the
     current load lets fewer hosts out; or the explicit I(batches), percentages taken of I(total).
+  - In the plan, the hosts whose C(/metrics) does not answer serve nothing (a first deploy, hosts added or down) and
+    carry no load. They come first, the canary among them, and after the canary start together, at most
+    I(idle_batch_max) at once; only the serving hosts go in the I(max_unavailable) batches.
   - I(mode=gate) runs before a batch. When taking I(hosts) out would overload the rest it waits, polling every
     I(interval) seconds for at most I(timeout) seconds, then fails (the rollout stops; the batch was not touched).
   - Changes nothing. In check mode the gate does not wait and never fails; it reports what it would do.
@@ -53,6 +56,11 @@ options:
     description: Hosts out of service at once after the canary, an int or a percentage like C(10%).
     type: raw
     default: "10%"
+  idle_batch_max:
+    description:
+      - C(plan) - the hosts that serve nothing start after the canary at most this many at once; C(0) - all at once.
+    type: int
+    default: 0
   batches:
     description: Explicit batches (ints or percentages of I(total)); empty to use I(max_unavailable).
     type: list
@@ -115,7 +123,14 @@ load:
   type: float
   sample: 118
 hosts:
-  description: (plan) the hosts that need a restart, in rollout order (the canary first).
+  description:
+    - (plan) the hosts that need a restart, in rollout order - the ones that serve nothing first (the canary the
+      first of them), then the serving ones, each in the order given.
+  returned: mode is plan
+  type: list
+  elements: str
+idle:
+  description: (plan) the hosts of I(hosts) that serve nothing now (their C(/metrics) did not answer).
   returned: mode is plan
   type: list
   elements: str
@@ -156,7 +171,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import Request
-from ansible.module_utils.rollout_capacity import assess, describe, host_capacity, in_flight, plan
+from ansible.module_utils.rollout_capacity import assess, describe, host_capacity, in_flight, plan, rollout_order
 
 
 def read_loads(workers, request_timeout, ca_cert=""):
@@ -191,6 +206,7 @@ def main():
             total=dict(type="int"),
             max_unavailable=dict(type="raw", default="10%"),
             batches=dict(type="list", elements="raw", default=[]),
+            idle_batch_max=dict(type="int", default=0),
             curve=dict(type="list", elements="dict", default=[]),
             ttft_p99=dict(type="float"),
             timeout=dict(type="int", default=600),
@@ -213,9 +229,19 @@ def main():
 
     if p["mode"] == "plan":
         verdict = assess(loads, [], capacity)
+        if p["idle_batch_max"] < 0:
+            module.fail_json(msg="serve_idle_batch_max: %d; give 0 (all at once) or a host count" % p["idle_batch_max"])
+        hosts = rollout_order(p["hosts"], loads)
+        idle = [h for h in hosts if h not in loads]
         try:
             serial, why = plan(
-                p["hosts"], total, p["max_unavailable"], p["batches"], None if capacity is None else verdict["can_go"]
+                hosts,
+                total,
+                p["max_unavailable"],
+                p["batches"],
+                None if capacity is None else verdict["can_go"],
+                idle=len(idle),
+                idle_batch_max=p["idle_batch_max"] or None,
             )
         except ValueError as exc:
             module.fail_json(msg="serve_max_unavailable / serve_rollout_batches: %s" % exc, **out)
@@ -224,7 +250,6 @@ def main():
             if capacity is not None
             else "%s: only serve_max_unavailable bounds the batches" % note
         )
-        hosts = p["hosts"]
         msg = (
             "rollout: %d of %d host(s) need a restart (%s): %s; %s"
             % (len(hosts), total, ", ".join(hosts), why, load_text)
@@ -232,7 +257,15 @@ def main():
             else "rollout: no host needs a restart; every host was checked (running, ready, in the gateways)"
         )
         module.exit_json(
-            serial=serial, hosts=hosts, load=verdict["load"], loads=loads, capacity_left=None, ok=True, msg=msg, **out
+            serial=serial,
+            hosts=hosts,
+            idle=idle,
+            load=verdict["load"],
+            loads=loads,
+            capacity_left=None,
+            ok=True,
+            msg=msg,
+            **out,
         )
 
     batch = p["hosts"]

@@ -99,21 +99,34 @@ def assess(loads, batch, capacity):
         res.update(capacity_left=None, ok=True, can_go=len(serving))
         return res
     res["capacity_left"] = len(remaining) * capacity
-    # Nothing in flight fits anywhere (a fleet starting from nothing, a quiet fleet).
-    res["ok"] = load <= 0 or load <= res["capacity_left"]
+    # Nothing in flight fits anywhere (a fleet starting from nothing, a quiet fleet), and a
+    # batch of hosts that serve nothing takes no capacity out, however loaded the rest is.
+    res["ok"] = not out or load <= 0 or load <= res["capacity_left"]
     needed = int(math.ceil(load / capacity)) if capacity > 0 else len(serving)
     res["can_go"] = len(serving) if load <= 0 else max(0, len(serving) - needed)
     return res
 
 
-def plan(restart_hosts, total, max_unavailable, batches=None, can_go=None):
+def rollout_order(restart_hosts, serving):
+    """The rollout's host order: the hosts that serve nothing now first (so the canary is
+    one of them when there is one: a canary that fails then cost the fleet nothing), then
+    the serving ones, each group in the given (inventory) order."""
+    idle = [h for h in restart_hosts if h not in serving]
+    return idle + [h for h in restart_hosts if h in serving]
+
+
+def plan(restart_hosts, total, max_unavailable, batches=None, can_go=None, idle=None, idle_batch_max=None):
     """The rollout's batches, as the play's `serial` list (host counts), and why.
 
-    restart_hosts: the hosts that need a restart, in rollout order (the canary first).
-    total: serving hosts in the fleet (the base of percentages). batches: explicit batches
-    (the operator's), used as given. Otherwise a canary of one, then batches of
-    max_unavailable, shrunk to can_go (how many hosts the current load lets out at once,
-    at least 1: that batch then waits at its gate).
+    restart_hosts: the hosts that need a restart, in rollout order (the canary first; with
+    idle, the rollout_order: the idle hosts first). total: serving hosts in the fleet (the
+    base of percentages). batches: explicit batches (the operator's), used as given.
+    Otherwise a canary of one, then batches of max_unavailable, shrunk to can_go (how many
+    hosts the current load lets out at once, at least 1: that batch then waits at its gate).
+    idle: how many of restart_hosts, from the first, serve nothing now (a first deploy, hosts
+    added or down): they carry no load, so after the canary they start together, at most
+    idle_batch_max at once (None: all), and only the serving ones go in max_unavailable's
+    batches. None: every host counts as serving (the batches as before).
     """
     n = len(restart_hosts)
     if n == 0:
@@ -127,7 +140,22 @@ def plan(restart_hosts, total, max_unavailable, batches=None, can_go=None):
     if can_go is not None and can_go < size:
         size = max(1, can_go)
         why += "; shrunk to %d: the fleet's load lets only %d host(s) out now" % (size, can_go)
-    return [1, size], "a canary, then " + why
+    idle = min(int(idle or 0), n)
+    if not idle:
+        return [1, size], "a canary, then " + why
+    wave = idle - 1  # the canary is the first idle host
+    per = wave if not idle_batch_max else max(1, int(idle_batch_max))
+    serial = [1] + [min(per, wave - i) for i in range(0, wave, per or 1)]
+    first = "a canary of the %d host(s) that serve nothing" % idle
+    if wave:
+        first += (
+            ", then the other %d together" % wave
+            if per >= wave
+            else ", then the other %d, at most %d at once (serve_idle_batch_max)" % (wave, per)
+        )
+    if n == idle:
+        return serial, first + ": none serves, none is capacity"
+    return serial + [size], "%s; then the %d serving host(s): %s" % (first, n - idle, why)
 
 
 def describe(verdict, batch, capacity, capacity_note, action):

@@ -28,6 +28,8 @@ description:
     it compiles; a worker compiles only what no process of the run compiled before. Results are the same,
     compile errors are never cached, and with an ansible-core whose templating differs from the one this
     was written for, or with template debugging on, nothing is cached.
+  - Starts local connections (C(delegate_to: localhost)) with the configured connection timeout (C(timeout),
+    C(ANSIBLE_TIMEOUT)), as Mitogen's SSH connections, where Mitogen gives them a fixed 30 seconds.
   - Needs the C(mitogen) package (the project's requirements.txt pins it). Without it the plugin fails to load
     with an error naming the fix (C(make setup), or C(ANSIBLE_STRATEGY=linear)).
 version_added: "0.1.0"
@@ -91,6 +93,29 @@ def _jinja_plugins_once():
     for jinja_loader in (ansible.plugins.loader.filter_loader, ansible.plugins.loader.test_loader):
         # all() fills the cache (Jinja2Loader._ensure_non_collection_wrappers) at its first item.
         next(iter(jinja_loader.all()), None)
+
+
+def _local_connect_timeout_once():
+    """Mitogen starts a local connection (delegate_to: localhost - the bundle's checks, the
+    controller's files) with its own fixed 30 s connect timeout, where its SSH connection
+    takes the configured one (ansible.cfg's timeout, ANSIBLE_TIMEOUT): a busy controller
+    that needs longer to start the local interpreter failed the task as unreachable (a
+    starved CI lane, the driver stage's bundle check, 2026-12-07). The local connection
+    gets the configured timeout too."""
+    import ansible_mitogen.connection
+
+    methods = ansible_mitogen.connection.CONNECTION_METHOD
+    original = methods["local"]
+    if getattr(original, "_kunlun_fleet_timeout", False):
+        return
+
+    def _connect_local(spec):
+        stack = original(spec)
+        stack.setdefault("kwargs", {}).setdefault("connect_timeout", spec.timeout())
+        return stack
+
+    _connect_local._kunlun_fleet_timeout = True
+    methods["local"] = _connect_local
 
 
 # The code cache's state: its directory once made, and the code a miss of
@@ -218,4 +243,5 @@ class StrategyModule(ansible_mitogen.strategy.StrategyMixin, Base):
         _collections_once()
         _jinja_plugins_once()
         _template_code_cache()
+        _local_connect_timeout_once()
         return super().run(iterator, play_context)

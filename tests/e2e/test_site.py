@@ -163,6 +163,21 @@ def test_first_run_reaches_every_host(first_run):
     assert all(h["failed"] == 0 and h["unreachable"] == 0 for h in hosts.values()), hosts
 
 
+def test_bare_hosts_start_together_after_the_canary(first_run):
+    """The first deploy's serve stage: no host serves anything yet, so none is capacity: the
+    canary (the first host), then the two others in one batch, not one at a time
+    (serve_max_unavailable, 10 % of 3 hosts, bounds only the hosts that serve)."""
+    serve = " ".join(first_run.split("PLAY [Serve | Read every host")[1].split("PLAY [Gateway")[0].split())
+    assert re.search(
+        r"rollout: 3 of 3 host\(s\) need a restart \(kf-node-1, kf-node-2, kf-node-3\): a canary of the 3 "
+        r"host\(s\) that serve nothing, then the other 2 together: none serves, none is capacity",
+        serve,
+    ), serve[-3000:]
+    # The capacity gate's line before each batch names the batch: two batches, in that order.
+    batches = re.findall(r"taking out ((?:kf-node-\d(?:, )?)+):", serve)
+    assert batches == ["kf-node-1", "kf-node-2, kf-node-3"], batches
+
+
 def test_check_mode_from_bare_hosts_runs_through_and_changes_nothing(bare_check):
     assert bare_check["rc"] == 0, bare_check["out"][-6000:]
     hosts = recap(bare_check["out"])

@@ -176,6 +176,49 @@ def test_assess_idle_or_new_fleet_always_fits():
     assert rc.assess({"a": 0.0}, ["a"], 256)["ok"]
 
 
+def test_a_batch_of_hosts_that_serve_nothing_goes_however_loaded_the_rest():
+    # 1000 in flight on two hosts of 256: already over, and a batch of the serving "a" waits;
+    # a batch of hosts that serve nothing takes nothing out (starting them adds capacity).
+    loads = {"a": 500.0, "b": 500.0}
+    assert not rc.assess(loads, ["a"], 256)["ok"]
+    v = rc.assess(loads, ["c", "d"], 256)
+    assert v["ok"] and v["out"] == [] and v["remaining"] == 2
+
+
+# --- the hosts that serve nothing: after the canary, together ---------------------------
+
+
+def test_rollout_order_puts_the_hosts_that_serve_nothing_first():
+    assert rc.rollout_order(["a", "b", "c", "d"], {"a": 1.0, "c": 0.0}) == ["b", "d", "a", "c"]
+    assert rc.rollout_order(["a", "b"], {}) == ["a", "b"]
+
+
+def test_first_deploy_of_39_bare_hosts_is_a_canary_then_one_wave():
+    serial, why = rc.plan(HOSTS40[:39], 39, "10%", idle=39)
+    assert serial == [1, 38]
+    assert batches(HOSTS40[:39], serial) == [1, 38]
+    assert "none serves" in why
+    # Bounded by serve_idle_batch_max: the wave in parts of at most 16.
+    serial, why = rc.plan(HOSTS40[:39], 39, "10%", idle=39, idle_batch_max=16)
+    assert batches(HOSTS40[:39], serial) == [1, 16, 16, 6] and "serve_idle_batch_max" in why
+
+
+def test_hosts_added_to_a_serving_fleet_start_together_then_the_serving_ones_in_batches():
+    # 5 new hosts and 35 serving ones that need a restart, out of 40: the canary and the 4
+    # other new hosts, then the serving ones 4 at a time (10 %).
+    hosts = rc.rollout_order(HOSTS40, {h: 10.0 for h in HOSTS40[5:]})
+    assert hosts[:5] == HOSTS40[:5]
+    serial, why = rc.plan(hosts, 40, "10%", idle=5)
+    assert batches(hosts, serial) == [1, 4] + [4] * 8 + [3]
+    assert "then the 35 serving host(s)" in why
+    # A single idle host is the canary; the serving ones follow in batches.
+    assert batches(HOSTS40, rc.plan(HOSTS40, 40, "10%", idle=1)[0]) == [1] + [4] * 9 + [3]
+    # None idle: as before.
+    assert rc.plan(HOSTS40, 40, "10%", idle=0) == rc.plan(HOSTS40, 40, "10%")
+    # Explicit batches stay the operator's.
+    assert rc.plan(HOSTS40, 40, "10%", batches=[1, 2], idle=10)[0] == [1, 2]
+
+
 def test_assess_without_curve_only_the_bound():
     v = rc.assess({"a": 1e6}, ["a"], None)
     assert v["ok"] and v["capacity_left"] is None
@@ -247,6 +290,8 @@ def test_module_plan_reads_the_fleet_and_shrinks(fleet):
     assert not res["failed"] and res["load"] == 600 and res["not_answering"] == ["d"]
     # 600 in flight, 256 a host: 3 of 3 serving hosts must stay; the batches shrink to 1.
     assert res["serial"] == [1, 1]
+    # d serves nothing: it comes first, the canary, then the serving ones.
+    assert res["hosts"] == ["d", "a", "b", "c"] and res["idle"] == ["d"]
     assert "4 of 4 host(s) need a restart" in res["msg"] and "600 request(s) in flight" in res["msg"]
 
 
