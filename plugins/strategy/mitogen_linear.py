@@ -28,7 +28,7 @@ description:
     it compiles; a worker compiles only what no process of the run compiled before. Results are the same,
     compile errors are never cached, and with an ansible-core whose templating differs from the one this
     was written for, or with template debugging on, nothing is cached.
-  - Starts local connections (C(delegate_to: localhost)) with the configured connection timeout (C(timeout),
+  - Starts local connections (a task delegated to localhost) with the configured connection timeout (C(timeout),
     C(ANSIBLE_TIMEOUT)), as Mitogen's SSH connections, where Mitogen gives them a fixed 30 seconds.
   - Needs the C(mitogen) package (the project's requirements.txt pins it). Without it the plugin fails to load
     with an error naming the fix (C(make setup), or C(ANSIBLE_STRATEGY=linear)).
