@@ -641,8 +641,8 @@ def run_suite(suite):
         # connection and aiperf's services registering with its controller may wait for a core.
         # A scratch host's SSH connect ran past 10 s (driver-faults, 2026-12-02), a local
         # Mitogen connection past 60 s (driver-faults, 2026-12-04) and past Mitogen's own fixed
-        # 30 s for local connections (2026-12-07; the strategy plugin now gives them this
-        # timeout too); aiperf's registration waits 30 s by default
+        # 30 s for local connections (2026-12-07; the strategy plugin now gives them the
+        # longer of the two); aiperf's registration waits 30 s by default
         # (AIPERF_SERVICE_REGISTRATION_TIMEOUT; bench-local starved at 256).
         env["ANSIBLE_TIMEOUT"] = "120"
         env.setdefault("AIPERF_SERVICE_REGISTRATION_TIMEOUT", "120")

@@ -29,7 +29,8 @@ description:
     compile errors are never cached, and with an ansible-core whose templating differs from the one this
     was written for, or with template debugging on, nothing is cached.
   - Starts local connections (a task delegated to localhost) with the configured connection timeout (C(timeout),
-    C(ANSIBLE_TIMEOUT)), as Mitogen's SSH connections, where Mitogen gives them a fixed 30 seconds.
+    C(ANSIBLE_TIMEOUT)) when it is longer than the fixed 30 seconds Mitogen gives them, as its SSH connections
+    take it; never with less.
   - Needs the C(mitogen) package (the project's requirements.txt pins it). Without it the plugin fails to load
     with an error naming the fix (C(make setup), or C(ANSIBLE_STRATEGY=linear)).
 version_added: "0.1.0"
@@ -101,8 +102,11 @@ def _local_connect_timeout_once():
     takes the configured one (ansible.cfg's timeout, ANSIBLE_TIMEOUT): a busy controller
     that needs longer to start the local interpreter failed the task as unreachable (a
     starved CI lane, the driver stage's bundle check, 2026-12-07). The local connection
-    gets the configured timeout too."""
+    gets the configured timeout when it is longer; never less than Mitogen's own (a short
+    timeout set for remote hosts, to find an unreachable one fast, does not make the
+    controller's own interpreter "unreachable")."""
     import ansible_mitogen.connection
+    import mitogen.parent
 
     methods = ansible_mitogen.connection.CONNECTION_METHOD
     original = methods["local"]
@@ -111,7 +115,12 @@ def _local_connect_timeout_once():
 
     def _connect_local(spec):
         stack = original(spec)
-        stack.setdefault("kwargs", {}).setdefault("connect_timeout", spec.timeout())
+        floor = float(mitogen.parent.Options.connect_timeout)
+        try:
+            configured = float(spec.timeout() or 0)
+        except (TypeError, ValueError):
+            configured = 0.0
+        stack.setdefault("kwargs", {}).setdefault("connect_timeout", max(floor, configured))
         return stack
 
     _connect_local._kunlun_fleet_timeout = True
