@@ -639,11 +639,11 @@ def run_suite(suite):
     if suite.nice:
         # Beside the phases, at a low CPU weight (their hosts too: BESIDE_CPU_SHARES): a
         # connection and aiperf's services registering with its controller may wait for a core.
-        # A scratch host's SSH connect ran past 10 s (driver-faults, 2026-12-02), a local
-        # Mitogen connection past 60 s (driver-faults, 2026-12-04) and past Mitogen's own fixed
-        # 30 s for local connections (2026-12-07; the strategy plugin now gives them the
-        # longer of the two); aiperf's registration waits 30 s by default
-        # (AIPERF_SERVICE_REGISTRATION_TIMEOUT; bench-local starved at 256).
+        # A scratch host's SSH connect ran past 10 s (driver-faults, 2026-12-02); local Mitogen
+        # connections timed out (driver-faults, 2026-12-04 and -07: Mitogen gives them a fixed
+        # 30 s whatever this says; the strategy plugin now gives them the longer of the two);
+        # aiperf's registration waits 30 s by default (AIPERF_SERVICE_REGISTRATION_TIMEOUT;
+        # bench-local starved at 256).
         env["ANSIBLE_TIMEOUT"] = "120"
         env.setdefault("AIPERF_SERVICE_REGISTRATION_TIMEOUT", "120")
     env.update(suite.env)

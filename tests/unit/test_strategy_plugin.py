@@ -24,6 +24,16 @@ def load(python_path_first=None):
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
 
 
+def probe(code, *args, env=None):
+    """Run ``code`` in a fresh interpreter (the plugin patches process-wide state) from the
+    project's root; its stdout, after it exits 0."""
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
 def test_ansible_cfg_runs_plays_with_the_plugin():
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "ansible.cfg")
@@ -110,9 +120,7 @@ def test_collections_are_listed_once_per_run_with_mitogens_result():
         " int(inv._extra_sys_paths == expected), len(expected),"
         " int(planner._load_collections.__module__ == 'mitogen_linear'))\n"
     ) % str(PLUGIN)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr
-    same_idea, same_paths, count, replaced = proc.stdout.split()
+    same_idea, same_paths, count, replaced = probe(code).split()
     # Mitogen still lists every collection per worker (else this patch has no reason)
     assert same_idea == "1", "Mitogen's _load_collections changed: revisit plugins/strategy/mitogen_linear.py"
     assert same_paths == "1" and int(count) >= 3 and replaced == "1"
@@ -143,9 +151,7 @@ def test_filter_and_test_plugins_are_loaded_before_the_workers_fork():
         " os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))\n"
     ) % str(PLUGIN)
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
-    assert proc.returncode == 0, proc.stderr
-    empty_filters, empty_tests, ours, builtin_test, worker = proc.stdout.split()
+    empty_filters, empty_tests, ours, builtin_test, worker = probe(code, env=env).split()
     # Empty until then: ansible-core loads them lazily (else this preload has no reason).
     assert (empty_filters, empty_tests) == ("0", "0")
     assert ours == "1" and builtin_test == "1"
@@ -208,16 +214,7 @@ def test_a_worker_reads_the_code_of_templates_the_run_compiled_before(tmp_path):
     import json
 
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_LOCAL_TEMP=str(tmp_path))
-    proc = subprocess.run(
-        [sys.executable, "-c", CODE_CACHE_PROBE, str(PLUGIN)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stderr
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    got = json.loads(probe(CODE_CACHE_PROBE, str(PLUGIN), env=env).strip().splitlines()[-1])
     assert got["patched"], "ansible-core's templating changed: revisit plugins/strategy/mitogen_linear.py"
     assert got["plain"][:6] == [7, "1,2,3", "012", "3 {{ a }}", True, True]
     assert got["plain"][-3:] == ["a\nb", "a\\nb", "AnsibleTemplateSyntaxError"]
@@ -251,9 +248,7 @@ def test_a_local_connection_waits_the_configured_timeout():
         " ','.join('%%g' %% a['kwargs']['connect_timeout'] for a in after), after[0]['method'],"
         " int(after[0]['kwargs']['python_path'] == ['/usr/bin/python3']))\n"
     ) % str(PLUGIN)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr
-    had_timeout, mitogen_default, timeouts, method, same_python = proc.stdout.split()
+    had_timeout, mitogen_default, timeouts, method, same_python = probe(code).split()
     # Mitogen's own local connection still has no timeout of its own (else this has no reason).
     assert had_timeout == "0" and float(mitogen_default) == 30.0
     assert timeouts == "120,30,30" and method == "local" and same_python == "1"
