@@ -770,6 +770,7 @@ def render_table(doc):
         when = next((r["acceptance"]["measured_at"] for r in hosts if r.get("acceptance")), None)
         if when:
             lines.append("last figure: single-stream tok/s from %s (%s)" % (doc["acceptance_file"], when))
+    lines += left_out_lines(doc.get("left_out"))
     if doc.get("report"):
         lines.append("report: %s" % doc["report"])
     return "\n".join(lines) + "\n"
@@ -912,6 +913,60 @@ def read_fleet(command, inventory, limit=None, argv=None, base=None, collect=Fal
     return code, status_run, document(status_run.state, acceptance)
 
 
+def _same_inventory(a, b):
+    if not a or not b:
+        return not a and not b  # both ansible.cfg's
+    return os.path.realpath(str(a)) == os.path.realpath(str(b))
+
+
+def last_left_out(inventory, base=None):
+    """The hosts the newest deploy or stage run of this inventory left out (failed or
+    unreachable), from its report: {run, exit_code, exit_meaning, hosts: {host: first
+    failure line}, resume}; None when that run left none out (or there is no such run)."""
+    runs = [
+        r
+        for r in runner.list_runs(base)
+        if r.get("command") in ("deploy", "stage") and _same_inventory(r.get("inventory"), inventory)
+    ]
+    if not runs:
+        return None
+    last = runs[-1]
+    bad = list(last.get("failed_hosts") or []) + list(last.get("unreachable_hosts") or [])
+    if not bad:
+        return None
+    hosts = {}
+    for name in bad:
+        f = (last.get("hosts") or {}).get(name, {}).get("first_failure") or {}
+        message = (f.get("message") or "").splitlines()
+        hosts[name] = "%s%s / %s: %s" % (
+            "unreachable, " if f.get("unreachable") else "",
+            f.get("stage"),
+            f.get("task"),
+            message[0] if message else "",
+        )
+    return {
+        "run": last.get("id"),
+        "exit_code": last.get("exit_code"),
+        "exit_meaning": last.get("exit_meaning"),
+        "hosts": hosts,
+        "resume": last.get("resume"),
+    }
+
+
+def left_out_lines(left):
+    """The lines under the table on the hosts the last deploy left out."""
+    if not left:
+        return []
+    lines = [
+        "last deploy %s (exit %s: %s) left out %d host(s):"
+        % (left["run"], left["exit_code"], left["exit_meaning"], len(left["hosts"]))
+    ]
+    lines += ["  %s: %s" % (h, why) for h, why in sorted(left["hosts"].items(), key=lambda kv: _natural(kv[0]))]
+    if left.get("resume"):
+        lines.append("  resume: %s" % left["resume"])
+    return lines
+
+
 def not_collected(doc):
     """{host: why} for the hosts whose state could not be read."""
     return dict((r["host"], r["error"] or "not collected") for r in doc["hosts"] if r.get("error"))
@@ -932,6 +987,8 @@ def run(inventory, limit=None, as_json=False, argv=None, out=None, base=None, co
         return code
     report = status_run.dir / "summary.md"
     doc["report"] = str(report)
+    # What the last deploy left out (its report), beside what the hosts say now.
+    doc["left_out"] = last_left_out(inventory, status_run.base)
     if collect_dir:
         written = write_collection(collect_dir, status_run.state["outputs"], not_collected(doc))
         doc["collected"] = {"dir": os.path.abspath(collect_dir), "files": written}

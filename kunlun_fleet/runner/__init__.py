@@ -32,10 +32,14 @@ Exit codes (deploy, stage, bench):
   0    every host ok
   1    error: ansible-playbook stopped on an error that names no host (a syntax error, a
        missing file, an option it refused), or the run could not start
-  2    failed hosts: a task failed on one host or more (after preflight)
-  3    refused input: preflight failed on a host, or the command line was refused before
+  2    failed hosts: a task failed on one host or more (after preflight), or the failure
+       budget stopped the run
+  3    refused input: preflight failed on a host (and only preflight), or the command line was refused before
        anything ran (an unknown stage); no host was changed
   4    unreachable hosts, and no host failed
+  5    partial: hosts left out within the failure budget (kunlun_stack_failure_budget), every
+       other host finished; the report names each with its reason and the resume command
+       (--limit of exactly those hosts)
   130  interrupted (Ctrl-C or SIGTERM): the run was cancelled, its report says "interrupted"
 
 Ctrl-C stops ansible-playbook as its own Ctrl-C would (its workers stop their tasks), then
@@ -50,6 +54,7 @@ from kunlun_fleet.runner.exit_codes import (
     FAILED,
     INTERRUPTED,
     OK,
+    PARTIAL,
     REFUSED,
     REFUSING_STAGE,
     UNREACHABLE,
@@ -89,6 +94,7 @@ __all__ = [
     "MASK",
     "Masker",
     "OK",
+    "PARTIAL",
     "PROMPTS",
     "REFUSED",
     "REFUSING_STAGE",

@@ -5,7 +5,7 @@ import os
 import shlex
 from pathlib import Path
 
-from kunlun_fleet.runner.exit_codes import ERROR, EXIT_MEANING, OK
+from kunlun_fleet.runner.exit_codes import ERROR, EXIT_MEANING, OK, PARTIAL
 from kunlun_fleet.runner.tracking import COUNTS, _iso
 
 
@@ -55,6 +55,15 @@ def stack_info(base, image_tag, inventory=None, stack=None):
     if isinstance(pins.get("kunlun_stack_model"), dict):
         info["model"] = pins["kunlun_stack_model"].get("name")
     return info
+
+
+def _budget(verdict):
+    """The failure budget's verdict as the report keeps it (None: no stage checked it)."""
+    if not verdict:
+        return None
+    return {
+        k: verdict.get(k) for k in ("stage", "left_out", "shared_left_out", "allowed", "serving", "within", "message")
+    }
 
 
 def build_summary(run, code, status, rc):
@@ -130,6 +139,9 @@ def build_summary(run, code, status, rc):
         "runner_status": status,
         "error": run.error,
         "resume": run.resume_command(code),
+        # The failure budget's last verdict, and its refusal when it stopped the run.
+        "failure_budget": _budget(t.budget),
+        "stopped_by_budget": (t.budget_stop or {}).get("message"),
         "error_output": run.error_output() if code == ERROR else None,
         "stack": run.stack(),
         "artifacts": "artifacts/",
@@ -156,6 +168,14 @@ def closing_lines(command, s, code, path):
                 f.get("task"),
                 (f.get("message") or "").splitlines()[0] if f.get("message") else "",
             )
+        )
+    if s.get("stopped_by_budget"):
+        lines.append("  STOPPED by the failure budget: %s" % s["stopped_by_budget"].splitlines()[0])
+    elif code == PARTIAL:
+        b = s["failure_budget"]
+        lines.append(
+            "  %d host(s) left out, within the failure budget of %d (kunlun_stack_failure_budget); "
+            "every other host finished" % (len(b["left_out"] or []), b["allowed"] or 0)
         )
     if s.get("error_output"):
         lines.append("  " + s["error_output"][0])
@@ -222,6 +242,24 @@ def summary_markdown(s):
                 )
             )
             out += ["", "  ```", *["  " + line for line in (f.get("message") or "").splitlines()], "  ```", ""]
+    budget = s.get("failure_budget")
+    if budget and (budget["left_out"] or s.get("stopped_by_budget")):
+        out += ["## Failure budget", ""]
+        if s.get("stopped_by_budget"):
+            out += [
+                "The run stopped for every host after stage %s:" % budget["stage"],
+                "",
+                "```",
+                s["stopped_by_budget"],
+                "```",
+                "",
+            ]
+        else:
+            out += [
+                "%d host(s) left out (%s), within the budget of %d of %d serving hosts: every other host finished."
+                % (len(budget["left_out"]), ", ".join(budget["left_out"]), budget["allowed"], budget["serving"]),
+                "",
+            ]
     if s.get("error_output"):
         out += ["## What ansible-playbook said", "", "```", *s["error_output"], "```", ""]
     flight = [(name, h["in_flight"]) for name, h in s["hosts"].items() if h.get("in_flight")]

@@ -12,7 +12,17 @@ import time
 from pathlib import Path
 
 from kunlun_fleet.runner.checkout import _cfg, _venv_bin, ansible_env, root
-from kunlun_fleet.runner.exit_codes import ERROR, FAILED, INTERRUPTED, OK, REFUSED, REFUSING_STAGE, UNREACHABLE, Refused
+from kunlun_fleet.runner.exit_codes import (
+    ERROR,
+    FAILED,
+    INTERRUPTED,
+    OK,
+    PARTIAL,
+    REFUSED,
+    REFUSING_STAGE,
+    UNREACHABLE,
+    Refused,
+)
 from kunlun_fleet.runner.json_events import json_line
 from kunlun_fleet.runner.live_view import render
 from kunlun_fleet.runner.masking import ANSI, Masker
@@ -325,15 +335,34 @@ class Run:
     def unreachable_hosts(self):
         return [h for h, v in self.tracker.hosts.items() if v["unreachable"] and not v["failed"]]
 
+    def within_budget(self):
+        """The run went on to its end with the hosts it left out: the failure budget's last
+        verdict, after every host's failure, let the rest go on (and none stopped it)."""
+        b = self.tracker.budget
+        return bool(
+            b
+            and b["within"]
+            and self.tracker.budget_stop is None
+            and b["seq"] > self.tracker.last_failure_seq
+            and (self.failed_hosts() or self.unreachable_hosts())
+        )
+
     def exit_code(self, rc):
         if self.interrupted:
             return INTERRUPTED
+        if self.within_budget():
+            return PARTIAL
         failed = self.failed_hosts()
         if failed:
+            # Refused: only preflight failed a host (the hosts it leaves out are not changed,
+            # and over the budget it stops the run before any host is).
             stages = {self.tracker.hosts[h]["failure"]["stage"] for h in failed}
-            return REFUSED if REFUSING_STAGE in stages else FAILED
+            return REFUSED if stages <= {REFUSING_STAGE} else FAILED
         if self.unreachable_hosts():
             return UNREACHABLE
+        stop = self.tracker.budget_stop
+        if stop:  # the budget itself refused (a malformed value), no host failed
+            return REFUSED if stop["stage"] == REFUSING_STAGE else FAILED
         return OK if rc == 0 else ERROR
 
     def resume_command(self, code):
@@ -352,7 +381,10 @@ class Run:
             stage = min(firsts, key=lambda s: names.index(s) if s in names else len(names))
         else:
             stage = started[-1] if started else (names[0] if names else None)
-        carried_on = bool(names) and names[-1] in started and not self.interrupted
+        # A stop by the failure budget leaves the later stages' plays started but hostless.
+        carried_on = code == PARTIAL or (
+            bool(names) and names[-1] in started and not self.interrupted and not self.tracker.budget_stop
+        )
         limit = ",".join(bad) if bad and carried_on else self.limit
         cmd = list(head)
         if how == "only" and stage in names:

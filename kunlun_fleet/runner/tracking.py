@@ -6,6 +6,7 @@ import json
 import threading
 import time
 
+from kunlun_fleet.runner.exit_codes import BUDGET_ACTIONS
 from kunlun_fleet.runner.masking import ANSI
 
 
@@ -71,6 +72,13 @@ class Tracker:
         self.image_tag = None
         self.started = time.time()
         self.notes = []  # failure lines the live view prints above itself
+        # The failure budget's last verdict (library/failure_budget.py, after each stage):
+        # {stage, left_out, allowed, serving, within, message, seq}; `budget_stop` its failure
+        # (the run stopped for every host), not a failure of the host it ran for.
+        self.budget = None
+        self.budget_stop = None
+        self.seq = 0  # events seen, to order the budget's verdict against the hosts' failures
+        self.last_failure_seq = 0
 
     def stage_of(self, play):
         if play in self.play_stage:
@@ -141,7 +149,27 @@ class Tracker:
         ):
             self._host_event(kind, data, when)
 
+    def _budget_event(self, kind, data):
+        """The failure budget's verdict (the module's own result, not a host's outcome)."""
+        res = data.get("res") or {}
+        if kind == "runner_on_start" or kind == "runner_on_skipped":
+            return
+        verdict = {k: res.get(k) for k in ("left_out", "shared_left_out", "allowed", "serving")}
+        verdict.update(
+            stage=self.stage_of(data.get("play")),
+            within=kind == "runner_on_ok",
+            message=_message(res, self.masker),
+            seq=self.seq,
+        )
+        self.budget = verdict
+        if kind != "runner_on_ok":
+            self.budget_stop = verdict
+
     def _host_event(self, kind, data, when):
+        self.seq += 1
+        if (data.get("resolved_action") or data.get("task_action")) in BUDGET_ACTIONS:
+            self._budget_event(kind, data)
+            return
         h = self.host(data["host"])
         res = data.get("res") or {}
         stage = self.stage_of(data.get("play"))
@@ -179,6 +207,7 @@ class Tracker:
             h["state"] = "unreachable" if unreachable else "failed"
             self.stages.get(stage, {}).get("unreachable" if unreachable else "failed", set()).add(data["host"])
             self.notes.append((data["host"], failure))
+            self.last_failure_seq = self.seq
             return
         if h["state"] not in ("failed", "unreachable"):
             h["state"] = "ok"

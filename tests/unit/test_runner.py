@@ -330,8 +330,9 @@ def test_the_real_site_stages_are_read_from_site_yml():
         "acceptance",
     ]
     serve = [s for s in runner.site_stages(ROOT) if s["stage"] == "serve"][0]
-    # The fleet-wide pass, the gateways' trust of the fleet CA, the batched rollout.
-    assert len(serve["plays"]) == 3 and all(p.startswith("Serve |") for p in serve["plays"])
+    # The fleet-wide pass, the failure budget before any restart, the gateways' trust of the
+    # fleet CA, the batched rollout, the failure budget after it.
+    assert len(serve["plays"]) == 5 and all(p.startswith("Serve |") for p in serve["plays"])
 
 
 def test_rotation_keeps_the_newest_runs(tmp_path):
