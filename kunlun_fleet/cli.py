@@ -28,10 +28,13 @@ a live view or ansible-playbook's output, a report per run, exit codes (docs/cli
                                                              playbooks/bench.yml: load sweep and report
   kunlun-fleet plan [--concurrency N] [--output-tok-s T] [--ttft-p99 2s] [--results FILE]
                                                              hosts needed, from the latest bench results
+  kunlun-fleet estimate [-i INVENTORY | --hosts N] [--from-run ID] [--image-gb G --model-gb G ...]
+                                                             bare -> serving time, from a measured deploy
   kunlun-fleet sim-up N | sim-down | sim-status | sim-reset HOST | demo
 """
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -512,6 +515,92 @@ def cmd_plan(ns):
     return 0 if answer.get("hosts") else 1
 
 
+def _serving_hosts(inventory):
+    """The number of xpu_servers hosts in an inventory (read as Ansible reads it)."""
+    from kunlun_fleet import runner
+
+    os.environ.setdefault("ANSIBLE_CONFIG", str(ROOT / "ansible.cfg"))
+    from ansible.errors import AnsibleError
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+
+    try:
+        manager = InventoryManager(loader=DataLoader(), sources=[inventory])
+    except AnsibleError as exc:
+        raise runner.Refused("the inventory %s cannot be read: %s" % (inventory, exc)) from exc
+    group = manager.groups.get("xpu_servers")
+    return len(group.get_hosts()) if group else 0
+
+
+def _reference_run(ns):
+    """(id, summary) of the run the estimate starts from: --from-run, else the newest deploy
+    of every stage (no --only/--from) that finished, of this inventory first."""
+    from kunlun_fleet import runner
+
+    if ns.from_run:
+        path = runner.find_run(ns.from_run)
+        return path.name, json.loads((path / "summary.json").read_text())
+    runs = [
+        r
+        for r in runner.list_runs()
+        if r.get("command") == "deploy"
+        and not r.get("stages_selected")
+        and not r.get("check_mode")
+        and r.get("exit_code") in (runner.OK, runner.PARTIAL)
+    ]
+    mine = [
+        r
+        for r in runs
+        if ns.inventory and r.get("inventory") and os.path.realpath(r["inventory"]) == os.path.realpath(ns.inventory)
+    ]
+    chosen = (mine or runs or [None])[-1]
+    return (chosen["id"], chosen) if chosen else (None, None)
+
+
+def cmd_estimate(ns):
+    from kunlun_fleet import estimate, runner
+
+    try:
+        hosts = ns.hosts if ns.hosts else _serving_hosts(ns.inventory) if ns.inventory else 0
+        run_id, summary = _reference_run(ns)
+    except runner.Refused as exc:
+        print("kunlun-fleet estimate: %s" % exc, file=sys.stderr)
+        return runner.REFUSED
+    if hosts <= 0:
+        print(
+            "kunlun-fleet estimate: no serving host: give -i INVENTORY (its xpu_servers) or --hosts N", file=sys.stderr
+        )
+        return runner.REFUSED
+    if summary is None:
+        print(
+            "kunlun-fleet estimate: no finished deploy of every stage to start from (reports/runs/): deploy one "
+            "server first (README, 'Real servers', step 6), or give --from-run ID",
+            file=sys.stderr,
+        )
+        return runner.REFUSED
+    inputs = {
+        "task_cpu_s": ns.task_cpu_s,
+        "cores": ns.controller_cores or os.cpu_count() or 1,
+        "forks": ns.forks,
+        "link_gbps": ns.link_gbps,
+        "controller_gbps": ns.controller_gbps,
+        "per_source": ns.per_source,
+        "idle_batch_max": ns.idle_batch_max,
+        "image_gb": ns.image_gb,
+        "model_gb": ns.model_gb,
+        "engine_start_s": ns.engine_start_s,
+        "ref_image_gb": ns.ref_image_gb,
+        "ref_model_gb": ns.ref_model_gb,
+        "ref_engine_start_s": ns.ref_engine_start_s,
+    }
+    result = estimate.estimate(summary, hosts, inputs)
+    if ns.json:
+        print(json.dumps(dict(result, run=run_id, inputs=inputs), indent=2))
+    else:
+        sys.stdout.write(estimate.render(result, run_id, inputs))
+    return 0
+
+
 def _bundle_options(p):
     p.add_argument(
         "--inventory", "-i", metavar="INV", help="take the kunlun_stack pins as INV/group_vars/all overrides them"
@@ -792,6 +881,30 @@ def build_parser():
     p.add_argument("--ttft-p99", help="TTFT p99 limit, e.g. 2s or 500ms")
     p.add_argument("--results", help="a results.json (default: the latest reports/bench-*/results.json)")
     p.set_defaults(func=cmd_plan)
+    p = sub.add_parser(
+        "estimate",
+        help="bare -> serving time for an inventory's hosts, from a measured deploy (docs/performance.md)",
+    )
+    p.add_argument("-i", "--inventory", help="the inventory whose xpu_servers are counted")
+    p.add_argument("--hosts", type=int, help="serving hosts (default: the inventory's xpu_servers)")
+    p.add_argument("--from-run", metavar="ID", help="the deploy run to start from (default: the newest full deploy)")
+    p.add_argument("--task-cpu-s", type=float, default=0.15, help="controller CPU seconds per host-task (0.15)")
+    p.add_argument("--controller-cores", type=int, help="the controller's cores (default: this machine's)")
+    p.add_argument("--forks", type=int, default=50, help="Ansible's forks (50, as ansible.cfg)")
+    p.add_argument("--link-gbps", type=float, default=25.0, help="each server's link, Gb/s (25)")
+    p.add_argument("--controller-gbps", type=float, default=10.0, help="the controller's link, Gb/s (10)")
+    p.add_argument("--per-source", type=int, default=2, help="transfers per weights source (model_peer_per_source, 2)")
+    p.add_argument("--idle-batch-max", type=int, default=0, help="serve_idle_batch_max (0: all bare hosts at once)")
+    p.add_argument("--image-gb", type=float, help="the serving image's size (default: its time as measured)")
+    p.add_argument("--model-gb", type=float, help="the weights' size (default: their time as measured)")
+    p.add_argument("--engine-start-s", type=float, help="one engine start (default: as measured)")
+    p.add_argument("--ref-image-gb", type=float, help="the reference run's image size (default: --image-gb)")
+    p.add_argument("--ref-model-gb", type=float, help="the reference run's weights' size (default: --model-gb)")
+    p.add_argument(
+        "--ref-engine-start-s", type=float, help="the reference run's engine start (default: --engine-start-s)"
+    )
+    p.add_argument("--json", action="store_true", help="the estimate as JSON")
+    p.set_defaults(func=cmd_estimate)
     try:  # the sim tooling is optional for operators of real fleets
         from kunlun_fleet.sim import bundle as sim_bundle, cli as sim_cli
     except ImportError:

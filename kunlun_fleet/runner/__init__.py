@@ -17,7 +17,7 @@ the project uses):
   report       summary.json, summary.md, the lines printed at the end of a run
   run          Run (one playbook run) and run_playbook
 
-One directory per run, the newest KEEP_RUNS (50) kept:
+One directory per run, the newest KEEP_RUNS (50) of each command kept:
 
   reports/runs/<UTC timestamp>-<command>/
       summary.json, summary.md   the run report (secrets masked)
@@ -74,6 +74,7 @@ from kunlun_fleet.runner.run_dirs import (
     list_runs,
     new_run_dir,
     rotate,
+    run_kind,
     runs_dir,
     runs_table,
 )
@@ -116,6 +117,7 @@ __all__ = [
     "render",
     "root",
     "rotate",
+    "run_kind",
     "run_playbook",
     "runs_dir",
     "runs_table",

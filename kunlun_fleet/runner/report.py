@@ -98,6 +98,8 @@ def build_summary(run, code, status, rc):
                     "result": result,
                     "failed_hosts": sorted(record["failed"]),
                     "unreachable_hosts": sorted(record["unreachable"]),
+                    "hosts": len(record["hosts"]),
+                    "host_tasks": record["host_tasks"],
                 }
             )
         hosts = {}

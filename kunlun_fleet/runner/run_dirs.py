@@ -1,5 +1,5 @@
 """The run directories, reports/runs/<UTC timestamp>-<command>/: made, rotated (the newest
-KEEP_RUNS kept), listed, found by id, and the table of `kunlun-fleet runs`."""
+KEEP_RUNS of each command kept), listed, found by id, and the table of `kunlun-fleet runs`."""
 
 import datetime
 import json
@@ -14,6 +14,14 @@ from kunlun_fleet.runner.report import _duration
 
 KEEP_RUNS = 50
 RUN_ID = re.compile(r"^\d{8}T\d{6}Z-[A-Za-z0-9_.-]+$")
+# A run's kind: the command after the timestamp, without the -N of a second run in the same second.
+RUN_KIND = re.compile(r"^\d{8}T\d{6}Z-(.+?)(?:-\d+)?$")
+
+
+def run_kind(name):
+    """`deploy`, `stage-serve`, `status`, ... of a run directory's name."""
+    m = RUN_KIND.match(name)
+    return m.group(1) if m else name
 
 
 def runs_dir(base=None):
@@ -37,7 +45,9 @@ def new_run_dir(command, base=None, keep=None):
 
 
 def rotate(parent, keep=None):
-    """Keep the newest `keep` run directories (default KEEP_RUNS, or KUNLUN_FLEET_KEEP_RUNS)."""
+    """Keep the newest `keep` run directories of each command (default KEEP_RUNS, or
+    KUNLUN_FLEET_KEEP_RUNS): a status every five minutes from cron never evicts the last
+    deploy's report."""
     if keep is None:
         try:
             keep = int(os.environ.get("KUNLUN_FLEET_KEEP_RUNS") or KEEP_RUNS)
@@ -46,9 +56,12 @@ def rotate(parent, keep=None):
                 "KUNLUN_FLEET_KEEP_RUNS=%r: give a number of runs to keep (default %d)"
                 % (os.environ["KUNLUN_FLEET_KEEP_RUNS"], KEEP_RUNS)
             ) from None
-    runs = sorted(p for p in Path(parent).iterdir() if p.is_dir() and RUN_ID.match(p.name))
-    for old in runs[: max(0, len(runs) - max(1, keep))]:
-        shutil.rmtree(old, ignore_errors=True)
+    kinds = {}
+    for path in sorted(p for p in Path(parent).iterdir() if p.is_dir() and RUN_ID.match(p.name)):
+        kinds.setdefault(run_kind(path.name), []).append(path)
+    for runs in kinds.values():
+        for old in runs[: max(0, len(runs) - max(1, keep))]:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def list_runs(base=None):

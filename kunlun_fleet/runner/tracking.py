@@ -50,6 +50,20 @@ STATS_KEYS = {
 }
 
 
+def _stage_record():
+    # host_tasks: the task results of the stage's hosts (ok, changed, failed, skipped,
+    # unreachable); hosts: the hosts that had one - what the fleet estimate scales by.
+    return {
+        "start": None,
+        "end": None,
+        "plays": [],
+        "failed": set(),
+        "unreachable": set(),
+        "host_tasks": 0,
+        "hosts": set(),
+    }
+
+
 class Tracker:
     """What the events said so far: stages, hosts, counts, failures. Fed from
     ansible-runner's thread, read by the live view and the report."""
@@ -62,10 +76,7 @@ class Tracker:
         for s in stages:
             for play in s["plays"]:
                 self.play_stage.setdefault(play, s["stage"])
-        self.stages = {
-            name: {"start": None, "end": None, "plays": [], "failed": set(), "unreachable": set()}
-            for name in self.stage_names
-        }
+        self.stages = {name: _stage_record() for name in self.stage_names}
         self.hosts = {}
         self.stage = self.play = self.task = None
         self.stats = None
@@ -110,9 +121,7 @@ class Tracker:
             if stage != self.stage and self.stage in self.stages:
                 self.stages[self.stage]["end"] = when
             self.stage = stage
-            record = self.stages.setdefault(
-                stage, {"start": None, "end": None, "plays": [], "failed": set(), "unreachable": set()}
-            )
+            record = self.stages.setdefault(stage, _stage_record())
             if stage not in self.stage_names:
                 self.stage_names.append(stage)
             if record["start"] is None:
@@ -174,6 +183,9 @@ class Tracker:
         res = data.get("res") or {}
         stage = self.stage_of(data.get("play"))
         h["stage"], h["task"] = stage, data.get("task")
+        if kind != "runner_on_start" and stage in self.stages:
+            self.stages[stage]["host_tasks"] += 1
+            self.stages[stage]["hosts"].add(data["host"])
         if kind == "runner_on_start":
             if h["state"] not in ("failed", "unreachable"):
                 h["state"] = "running"

@@ -81,15 +81,36 @@ def serve_can_roll_back(config_results, last_good):
     return isinstance(last_good, Mapping) and "content" in last_good and any(_changed(r) for r in config_results)
 
 
-def serve_capacity_results_file(given, found):
+def _bench_inventory(path):
+    """The inventory a bench results file was measured with (its meta.inventory), or None."""
+    import json
+    import os
+
+    try:
+        with open(path) as fh:
+            meta = (json.load(fh) or {}).get("meta") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    inventory = meta.get("inventory")
+    return os.path.realpath(inventory) if inventory else None
+
+
+def serve_capacity_results_file(given, found, inventory=None):
     """The bench results the capacity gate reads: `given` (serve_capacity_results) when set,
     else the latest reports/bench-<timestamp>/results.json among `found` (the find's
-    registered result; none when it was skipped), else ''."""
+    registered result; none when it was skipped) measured with `inventory` (its
+    meta.inventory: another inventory's bench, the demo's say, measured other hosts), else
+    ''. Without `inventory`, the latest of any."""
+    import os
+
     if given:
         return given
     paths = [f["path"] for f in found.get("files", []) if BENCH_RESULTS.search(f["path"])]
     # Jinja's sort, as the role sorted them: case-insensitive, stable.
     paths = sorted(paths, key=lambda p: p.lower() if isinstance(p, str) else p)
+    if inventory:
+        wanted = os.path.realpath(str(inventory))
+        paths = [p for p in paths if _bench_inventory(p) == wanted]
     return paths[-1] if paths else ""
 
 

@@ -224,3 +224,29 @@ def test_the_latest_bench_run_by_its_timestamp():
     assert serve_capacity_results_file("", FOUND[5]) == "/r/reports/bench-C/results.json"
     assert serve_capacity_results_file("", FOUND[0]) == ""
     assert serve_capacity_results_file("", FOUND[4]) == ""
+
+
+def test_only_this_inventorys_bench_results(tmp_path):
+    # reports/ is the checkout's: the demo's bench and a site's sit side by side. The gate
+    # takes the latest this inventory measured, never another's (nor one that names none).
+    site, demo = tmp_path / "inventories" / "site-a", tmp_path / "inventories" / "sim"
+    site.mkdir(parents=True)
+    demo.mkdir(parents=True)
+    files = []
+    for stamp, inventory in (
+        ("20261201T000000Z", str(site)),
+        ("20261202T000000Z", str(demo)),
+        ("20261203T000000Z", None),
+        ("20261204T000000Z", str(tmp_path / "inventories" / "." / "sim")),
+    ):
+        path = tmp_path / "reports" / ("bench-%s" % stamp) / "results.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"meta": {"inventory": inventory} if inventory else {}}))
+        files.append({"path": str(path)})
+    found_result = {"files": files}
+    assert serve_capacity_results_file("", found_result, str(site)).endswith("bench-20261201T000000Z/results.json")
+    assert serve_capacity_results_file("", found_result, str(demo)).endswith("bench-20261204T000000Z/results.json")
+    assert serve_capacity_results_file("", found_result, str(tmp_path / "other")) == ""
+    # Without an inventory (the filter's old form), the latest of any; a given file always wins.
+    assert serve_capacity_results_file("", found_result).endswith("bench-20261204T000000Z/results.json")
+    assert serve_capacity_results_file("/srv/r.json", found_result, str(site)) == "/srv/r.json"

@@ -342,10 +342,20 @@ def test_rotation_keeps_the_newest_runs(tmp_path):
     for name in old:
         (parent / name).mkdir()
     (parent / "notes").mkdir()  # not a run: never touched
-    new = runner.new_run_dir("stage-serve", tmp_path, keep=3)
+    new = runner.new_run_dir("deploy", tmp_path, keep=3)
     assert sorted(p.name for p in parent.iterdir()) == old[-2:] + [new.name, "notes"]
-    again = runner.new_run_dir("stage-serve", tmp_path, keep=3)
+    again = runner.new_run_dir("deploy", tmp_path, keep=3)
     assert again != new and again.name.startswith(new.name.split("-")[0])
+    assert sorted(p.name for p in parent.iterdir()) == old[-1:] + [new.name, again.name, "notes"]
+    # Kept by kind: many status runs (a cron) evict status runs only, never the deploys.
+    statuses = ["2026020%dT000000Z-status" % i for i in range(1, 6)]
+    for name in statuses:
+        (parent / name).mkdir()
+    runner.rotate(parent, keep=3)
+    names = sorted(p.name for p in parent.iterdir())
+    assert [n for n in names if n.endswith("-deploy") or "-deploy-" in n] == old[-1:] + [new.name, again.name]
+    assert [n for n in names if runner.run_kind(n) == "status"] == statuses[-3:]
+    assert runner.run_kind("20260101T000000Z-stage-serve-2") == "stage-serve"
 
 
 def test_runs_lists_the_reports(tmp_path, monkeypatch, capsys):
