@@ -28,6 +28,8 @@ a live view or ansible-playbook's output, a report per run, exit codes (docs/cli
                                                              playbooks/bench.yml: load sweep and report
   kunlun-fleet plan [--concurrency N] [--output-tok-s T] [--ttft-p99 2s] [--results FILE]
                                                              hosts needed, from the latest bench results
+  kunlun-fleet host -i INVENTORY add|remove HOST[,HOST]      membership: every stage to new hosts and into the
+                                                             gateways; or drained, stopped, out (docs/membership.md)
   kunlun-fleet estimate [-i INVENTORY | --hosts N] [--from-run ID] [--image-gb G --model-gb G ...]
                                                              bare -> serving time, from a measured deploy
   kunlun-fleet sim-up N | sim-down | sim-status | sim-reset HOST | demo
@@ -346,6 +348,104 @@ def cmd_watchdog(ns):
     return rc
 
 
+def _host_names(text):
+    return [h.strip() for h in (text or "").split(",") if h.strip()]
+
+
+def _membership_refusal(action, hosts, groups, inventory):
+    """Why `host ACTION HOSTS` cannot be done on an inventory of these groups, or None."""
+    serving = groups.get("xpu_servers", [])
+    unknown = [h for h in hosts if h not in serving]
+    if unknown:
+        return "not serving hosts of %s (xpu_servers): %s; %s" % (
+            inventory,
+            ", ".join(unknown),
+            "add them to its hosts.yml first" if action == "add" else "its serving hosts: " + ", ".join(serving),
+        )
+    if action != "remove":
+        return None
+    shared = sorted({h for g in ("gateways", "image_builders", "monitoring") for h in groups.get(g, [])} & set(hosts))
+    if shared:
+        return (
+            "the fleet depends on %s (a gateway, the image builder or a monitoring host): move that role to another "
+            "host in the inventory and deploy it first" % ", ".join(shared)
+        )
+    if not set(serving) - set(hosts):
+        return "no serving host would be left"
+    return None
+
+
+def cmd_host(ns):
+    """Membership (docs/membership.md): `host remove` runs playbooks/remove_host.yml (drained,
+    serving stopped, out of the gateways and monitoring, the data left); `host add` deploys
+    every stage to the new hosts, with the hosts they need (the image builder, the gateways,
+    monitoring), after their SSH host keys are known."""
+    from kunlun_fleet import runner
+
+    hosts = _host_names(ns.hosts)
+    if not hosts:
+        print("kunlun-fleet host %s: give the hosts, e.g. p800-a07[,p800-a08]" % ns.action, file=sys.stderr)
+        return runner.REFUSED
+    try:
+        groups = _inventory_groups(ns.inventory)
+    except runner.Refused as exc:
+        print("kunlun-fleet host %s: %s" % (ns.action, exc), file=sys.stderr)
+        return runner.REFUSED
+    why = _membership_refusal(ns.action, hosts, groups, ns.inventory)
+    if why:
+        print("kunlun-fleet host %s: %s. Nothing was changed." % (ns.action, why), file=sys.stderr)
+        return runner.REFUSED
+    if ns.action == "remove":
+        rc = runner.run_playbook(
+            "host-remove",
+            "playbooks/remove_host.yml",
+            ["-e", json.dumps({"kunlun_stack_removed_hosts": hosts})],
+            inventory=ns.inventory,
+            output=_output(ns),
+            argv=_argv(ns),
+            label="host-remove",
+        )
+        if rc == runner.OK:
+            print(
+                "removed from serving: %s (drained, serving stopped, out of the gateways and monitoring; the data "
+                "volume, image and weights stay). Now delete %s from %s/hosts.yml (and host_vars): left there, the "
+                "next deploy serves %s again."
+                % (
+                    ", ".join(hosts),
+                    "it" if len(hosts) == 1 else "them",
+                    ns.inventory,
+                    "it" if len(hosts) == 1 else "them",
+                )
+            )
+        return rc
+    # add: the new hosts' keys must be known first (kunlun-fleet hostkeys, first contact).
+    from kunlun_fleet import hostkeys
+
+    known = hostkeys.run_hostkeys(ns.inventory, ",".join(hosts), do_accept=False)
+    if known != 0:
+        print(
+            "kunlun-fleet host add: the SSH host keys of %s are not all known and checked; run `kunlun-fleet hostkeys "
+            "-i %s --limit %s --accept` (compare each fingerprint with the server's console) and add again"
+            % (", ".join(hosts), ns.inventory, ",".join(hosts)),
+            file=sys.stderr,
+        )
+        return runner.REFUSED
+    limit = ",".join(hosts + ["image_builders", "gateways", "monitoring"])
+    head = ["kunlun-fleet", "deploy", "-i", ns.inventory]
+    return runner.run_playbook(
+        "host-add",
+        "site.yml",
+        [],
+        inventory=ns.inventory,
+        limit=limit,
+        stages=runner.site_stages(),
+        output=_output(ns),
+        resume=(head, [], "from"),
+        argv=_argv(ns),
+        label="host-add",
+    )
+
+
 def cmd_upgrade(ns):
     """A serving fleet moved to another named stack through a canary (kunlun_fleet/upgrade/run.py)."""
     from kunlun_fleet.upgrade import run
@@ -515,8 +615,8 @@ def cmd_plan(ns):
     return 0 if answer.get("hosts") else 1
 
 
-def _serving_hosts(inventory):
-    """The number of xpu_servers hosts in an inventory (read as Ansible reads it)."""
+def _inventory_groups(inventory):
+    """{group: [host, ...]} of an inventory (read as Ansible reads it, no variables)."""
     from kunlun_fleet import runner
 
     os.environ.setdefault("ANSIBLE_CONFIG", str(ROOT / "ansible.cfg"))
@@ -524,12 +624,18 @@ def _serving_hosts(inventory):
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
 
+    if not os.path.exists(inventory):
+        raise runner.Refused("no inventory %s" % inventory)
     try:
         manager = InventoryManager(loader=DataLoader(), sources=[inventory])
     except AnsibleError as exc:
         raise runner.Refused("the inventory %s cannot be read: %s" % (inventory, exc)) from exc
-    group = manager.groups.get("xpu_servers")
-    return len(group.get_hosts()) if group else 0
+    return {name: [h.name for h in group.get_hosts()] for name, group in manager.groups.items()}
+
+
+def _serving_hosts(inventory):
+    """The number of xpu_servers hosts in an inventory."""
+    return len(_inventory_groups(inventory).get("xpu_servers", []))
 
 
 def _reference_run(ns):
@@ -840,6 +946,21 @@ def build_parser():
     p.add_argument("--plain", action="store_true", help="ansible-playbook's own output")
     p.add_argument("--json", action="store_true", help="the run's events as JSON lines")
     p.set_defaults(func=cmd_watchdog)
+    p = sub.add_parser(
+        "host",
+        help="membership: add serving hosts (every stage, into the gateways), or remove them (docs/membership.md)",
+        allow_abbrev=False,
+        epilog="remove: the capacity gate, drained from every gateway, serving stopped, out of the gateways and "
+        "monitoring, the data left (playbooks/remove_host.yml); then delete the hosts from the inventory. add: the "
+        "hosts already in the inventory with their host_vars and their keys known (hostkeys), then every stage on "
+        "them with the image builder, the gateways and monitoring (site.yml --limit)",
+    )
+    p.add_argument("-i", "--inventory", required=True, help="the inventory directory")
+    p.add_argument("action", choices=["add", "remove"])
+    p.add_argument("hosts", metavar="HOST[,HOST]", help="the serving hosts' inventory names")
+    p.add_argument("--plain", action="store_true", help="ansible-playbook's own output")
+    p.add_argument("--json", action="store_true", help="the run's events as JSON lines")
+    p.set_defaults(func=cmd_host)
     p = sub.add_parser(
         "bench",
         help="the load sweep, counters and report (playbooks/bench.yml; loads the fleet)",

@@ -926,7 +926,7 @@ def last_left_out(inventory, base=None):
     runs = [
         r
         for r in runner.list_runs(base)
-        if r.get("command") in ("deploy", "stage") and _same_inventory(r.get("inventory"), inventory)
+        if r.get("command") in ("deploy", "stage", "host-add") and _same_inventory(r.get("inventory"), inventory)
     ]
     if not runs:
         return None

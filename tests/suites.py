@@ -180,8 +180,14 @@ PHASES = [
         # Then failover through the gateway on kf-node-1: kf-node-2's serving stopped and
         # kf-node-3's killed under load (the model stage beside it leaves serving alone).
         # After the weights from peers: that suite cuts kf-node-3's SSH for a while, and this
-        # one kills kf-node-3's engine over SSH (a run where the two met failed here).
-        Suite("gateway-failover", "kf-node-1", ["tests/gateway/test_failover_sim.py"], after="model-peers"),
+        # one kills kf-node-3's engine over SSH (a run where the two met failed here). Then
+        # membership under load: kf-node-3 removed (`host remove`) and added back (`host add`).
+        Suite(
+            "gateway-failover",
+            "kf-node-1",
+            ["tests/gateway/test_failover_sim.py", "tests/gateway/test_membership_sim.py"],
+            after="model-peers",
+        ),
         # Weights from peers beside it: kf-node-2 and kf-node-3 fetch from kf-node-1's
         # verified copy (bounded per source, resumable, a dead source falls back). Only the
         # model stage and kf-node-1's read-only share: kf-node-1's serving and gateway,
