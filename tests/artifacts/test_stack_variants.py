@@ -29,7 +29,10 @@ from kunlun_fleet.sim.artifacts.model import build_model_dir
 from standin_helpers import Server, bundle_files, make_dev_dir, python310, shared_stack, venv_env
 
 pytestmark = pytest.mark.slow
-PINS = product.load_pins(bundle.SIM_INVENTORY)
+# The sim inventory's pins for the shipped stack, named: an upgrade suite running beside this
+# lane promotes another stack in that inventory for a while (its kunlun_stack_stack line), and
+# a run that read it then checked against the promoted stack (CI 2026-12-07).
+PINS = product.load_pins(bundle.SIM_INVENTORY, stack=product.load_pins()["kunlun_stack_stack"])
 PY310 = python310()
 SERVED = "m"
 VARIANTS = ("7c1e0a2", "b3f9d41", "e5a7c83")

@@ -4,9 +4,10 @@ and scripts/bench_failover.py (prints figures).
 
 A request is one of:
   served      a finish reason and the usage chunk arrived
-  before      failed before its first byte: a status other than 200, a refused or reset
+  before      failed before a worker took it: a status other than 200, a refused or reset
               connection, a timeout with nothing received (what the gateway must retry)
-  in-flight   the stream ended or broke after its first byte (lost with its host: counted)
+  in-flight   a 200 came (a worker had accepted it) and the stream ended or broke before
+              its end (lost with its host: counted)
 No client retry: a plain client's view.
 """
 
@@ -71,7 +72,10 @@ class Client(threading.Thread):
             conn.close()
             if finished and usage:
                 return start, SERVED, ""
-            return start, BEFORE if first is None else IN_FLIGHT, "stream ended early"
+            # A 200 came: a worker had accepted the request (the router passes a worker's
+            # headers on as it gets them, before the first token) and it was lost with that
+            # worker, in flight, whether or not a token had come yet.
+            return start, IN_FLIGHT, "stream ended early"
         except Exception as exc:  # every failure is a figure here
             return start, BEFORE if first is None else IN_FLIGHT, type(exc).__name__
 
