@@ -654,11 +654,9 @@ def _reference_run(ns):
         and not r.get("check_mode")
         and r.get("exit_code") in (runner.OK, runner.PARTIAL)
     ]
-    mine = [
-        r
-        for r in runs
-        if ns.inventory and r.get("inventory") and os.path.realpath(r["inventory"]) == os.path.realpath(ns.inventory)
-    ]
+    from kunlun_fleet.status import same_inventory
+
+    mine = [r for r in runs if ns.inventory and same_inventory(r.get("inventory"), ns.inventory)]
     chosen = (mine or runs or [None])[-1]
     return (chosen["id"], chosen) if chosen else (None, None)
 

@@ -913,7 +913,8 @@ def read_fleet(command, inventory, limit=None, argv=None, base=None, collect=Fal
     return code, status_run, document(status_run.state, acceptance)
 
 
-def _same_inventory(a, b):
+def same_inventory(a, b):
+    """Two -i arguments name the same inventory (both empty: ansible.cfg's)."""
     if not a or not b:
         return not a and not b  # both ansible.cfg's
     return os.path.realpath(str(a)) == os.path.realpath(str(b))
@@ -926,7 +927,7 @@ def last_left_out(inventory, base=None):
     runs = [
         r
         for r in runner.list_runs(base)
-        if r.get("command") in ("deploy", "stage", "host-add") and _same_inventory(r.get("inventory"), inventory)
+        if r.get("command") in ("deploy", "stage", "host-add") and same_inventory(r.get("inventory"), inventory)
     ]
     if not runs:
         return None
