@@ -705,6 +705,22 @@ def cmd_estimate(ns):
     return 0
 
 
+def cmd_inventory(ns):
+    """A site inventory written from a CSV of the servers (--csv), and each serving host's data
+    disks from what it reports (--discover), shown and confirmed first (kunlun_fleet/inventory_gen.py)."""
+    from kunlun_fleet import inventory_gen
+
+    return inventory_gen.run(
+        ns.inventory,
+        csv_path=ns.csv,
+        discover=ns.discover,
+        limit=ns.limit,
+        yes=ns.yes,
+        force=ns.force,
+        argv=_argv(ns),
+    )
+
+
 def _bundle_options(p):
     p.add_argument(
         "--inventory", "-i", metavar="INV", help="take the kunlun_stack pins as INV/group_vars/all overrides them"
@@ -1024,6 +1040,28 @@ def build_parser():
     )
     p.add_argument("--json", action="store_true", help="the estimate as JSON")
     p.set_defaults(func=cmd_estimate)
+    p = sub.add_parser(
+        "inventory",
+        help="write a site inventory: hosts.yml from a CSV of the servers, each serving host's data disks from "
+        "what it reports",
+        allow_abbrev=False,
+        epilog="CSV lines: name,address,role (roles xpu_server, image_builder, gateway, monitoring; several separated "
+        "by ';'). Shows what it would write and asks first; never replaces a file that differs without --force (the "
+        "old one kept under INVENTORY/.kunlun-fleet-backup/). --discover reads the serving hosts over SSH, read-only, "
+        "their host keys known first (kunlun-fleet hostkeys). Exit codes: 0 written (or nothing to change), 1 error, "
+        "2 a host's discovery failed, 3 refused (nothing written), 4 a host unreachable (docs/cli.md)",
+    )
+    p.add_argument("-i", "--inventory", required=True, help="the inventory directory to write (made when missing)")
+    p.add_argument("--csv", metavar="FILE", help="the servers, one per line: name,address,role -> hosts.yml")
+    p.add_argument(
+        "--discover",
+        action="store_true",
+        help="read each serving host's disks over SSH (read-only) -> host_vars/<host>.yml: storage_data_disks",
+    )
+    p.add_argument("-l", "--limit", help="with --discover: the hosts to read (ansible-playbook's --limit)")
+    p.add_argument("-y", "--yes", action="store_true", help="write without asking (for scripts)")
+    p.add_argument("--force", action="store_true", help="replace files that differ (the old ones kept first)")
+    p.set_defaults(func=cmd_inventory)
     try:  # the sim tooling is optional for operators of real fleets
         from kunlun_fleet.sim import bundle as sim_bundle, cli as sim_cli
     except ImportError:

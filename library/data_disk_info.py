@@ -18,6 +18,8 @@ description:
     expected volume group) or C(foreign) (anything else, which nobody may take unless told to).
   - Works from the paths given, not from C(ansible_devices) (sysfs is not trustworthy inside
     containers and device names move between boots).
+  - The reading and the rules are C(module_utils/data_disks.py), which C(data_disk_candidates)
+    shares, so both say the same words for the same disk.
   - Read-only; safe in check mode.
 options:
   disks:
@@ -63,106 +65,8 @@ total_bytes:
   type: int
 """
 
-import os
-import stat
-
 from ansible.module_utils.basic import AnsibleModule
-
-
-class DiskReader(object):
-    """Reads one disk with the standard tools (wipefs, blkid, lsblk, pvs)."""
-
-    def __init__(self, module):
-        self.module = module
-        self.wipefs = module.get_bin_path("wipefs", required=True)
-        self.blkid = module.get_bin_path("blkid", required=True)
-        self.lsblk = module.get_bin_path("lsblk", required=True)
-        self.blockdev = module.get_bin_path("blockdev", required=True)
-        self.pvs = module.get_bin_path("pvs")
-
-    def run(self, args):
-        rc, out, err = self.module.run_command(args)
-        return rc, out, err
-
-    def size(self, path):
-        rc, out, err = self.run([self.blockdev, "--getsize64", path])
-        if rc != 0:
-            self.module.fail_json(msg="cannot read the size of %s: %s" % (path, err.strip() or out.strip()))
-        return int(out.strip())
-
-    def signatures(self, path):
-        """Signatures wipefs and blkid see: [{'type':..., 'offset':..., 'source':...}]."""
-        found = []
-        rc, out, err = self.run([self.wipefs, "--no-act", "--noheadings", "--output", "OFFSET,TYPE", path])
-        if rc != 0:
-            self.module.fail_json(msg="wipefs --no-act could not read %s: %s" % (path, err.strip()))
-        for line in out.splitlines():
-            parts = line.split()
-            if len(parts) >= 2:
-                found.append({"offset": parts[0], "type": parts[1], "source": "wipefs"})
-        # blkid -p probes low-level superblocks; rc 2 means "nothing found".
-        rc, out, err = self.run([self.blkid, "-p", "-o", "export", path])
-        if rc == 0:
-            info = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-            kind = info.get("TYPE") or info.get("PTTYPE")
-            if kind and not any(s["type"] == kind for s in found):
-                found.append({"offset": "", "type": kind, "source": "blkid"})
-        return found
-
-    def partitions(self, path):
-        rc, out, err = self.run([self.lsblk, "--noheadings", "--raw", "--output", "NAME,TYPE", path])
-        if rc != 0:
-            return []
-        return [line.split()[0] for line in out.splitlines()[1:] if line.split()[1:2] == ["part"]]
-
-    def volume_group(self, path):
-        if not self.pvs:
-            return None
-        rc, out, err = self.run([self.pvs, "--noheadings", "--options", "vg_name", path])
-        if rc != 0:
-            return None
-        return out.strip() or None
-
-
-def classify(entry, vg_name):
-    """(state, summary) for one disk entry."""
-    if not entry["exists"]:
-        return "missing", "does not exist"
-    if not entry["block"]:
-        return "not_block", "is not a block device"
-    if entry["partitions"]:
-        return "foreign", "holds partitions %s" % ", ".join(entry["partitions"])
-    types = [s["type"] for s in entry["signatures"]]
-    if not types:
-        return "empty", "empty"
-    if types == ["LVM2_member"] and entry["vg"] == vg_name:
-        return "ours", "physical volume of volume group %s" % vg_name
-    if types == ["LVM2_member"]:
-        if entry["vg"]:
-            return "foreign", "physical volume of another volume group %s" % entry["vg"]
-        return "foreign", "an LVM physical volume in no volume group"
-    return "foreign", "holds %s" % ", ".join(sorted(set(types)))
-
-
-def read_disk(reader, path, vg_name):
-    entry = {
-        "path": path,
-        "exists": os.path.exists(path),
-        "block": False,
-        "size_bytes": 0,
-        "signatures": [],
-        "partitions": [],
-        "vg": None,
-    }
-    if entry["exists"]:
-        entry["block"] = stat.S_ISBLK(os.stat(path).st_mode)
-    if entry["block"]:
-        entry["size_bytes"] = reader.size(path)
-        entry["signatures"] = reader.signatures(path)
-        entry["partitions"] = reader.partitions(path)
-        entry["vg"] = reader.volume_group(path)
-    entry["state"], entry["summary"] = classify(entry, vg_name)
-    return entry
+from ansible.module_utils.data_disks import DiskReader, read_disk
 
 
 def main():

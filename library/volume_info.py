@@ -88,6 +88,7 @@ import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.data_disks import LVS_COLUMNS, match_lv, parse_fstab, parse_lvs_rows, same_device
 
 
 def parse_blkid_export(text):
@@ -120,74 +121,6 @@ def parse_findmnt_json(text):
 def parse_xfs_ftype(text):
     match = re.search(r"\bftype=([01])\b", text)
     return int(match.group(1)) if match else None
-
-
-def parse_lvs_rows(text):
-    """[{vg, lv, path, size_bytes, vg_size_bytes, vg_free_bytes}] from `lvs --separator '|'`."""
-    rows = []
-    for line in text.splitlines():
-        fields = [f.strip() for f in line.split("|")]
-        if len(fields) != 6 or not fields[0]:
-            continue
-        vg, lv, path, size, vg_size, vg_free = fields
-        try:
-            rows.append(
-                {
-                    "vg": vg,
-                    "lv": lv,
-                    "path": path or "/dev/%s/%s" % (vg, lv),
-                    "size_bytes": int(float(size)),
-                    "vg_size_bytes": int(float(vg_size)),
-                    "vg_free_bytes": int(float(vg_free)),
-                }
-            )
-        except ValueError:
-            continue
-    return rows
-
-
-def unescape_fstab(field):
-    """fstab's octal escapes (\\040 for a space)."""
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
-
-
-def parse_fstab(text, mount_point):
-    """The last fstab line mounting at mount_point (mount -a takes them in order), or {}."""
-    found = {}
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) < 3 or fields[0].startswith("#"):
-            continue
-        if unescape_fstab(fields[1]).rstrip("/") != mount_point.rstrip("/"):
-            continue
-        spec = fields[0].replace('"', "")
-        if spec.upper().startswith("UUID="):
-            by = "uuid"
-        elif spec.upper().startswith("LABEL="):
-            by = "label"
-        elif spec.startswith("/dev/"):
-            by = "path"
-        else:
-            by = "other"
-        found = {
-            "spec": spec,
-            "fstype": fields[2],
-            "options": fields[3] if len(fields) > 3 else "defaults",
-            "dump": fields[4] if len(fields) > 4 else "0",
-            "passno": fields[5] if len(fields) > 5 else "0",
-            "by": by,
-            "line": " ".join(fields),
-        }
-    return found
-
-
-def same_device(path, devno):
-    """Whether the block device at path is the device devno ("MAJ:MIN")."""
-    try:
-        rdev = os.stat(path).st_rdev
-    except OSError:
-        return False
-    return "%d:%d" % (os.major(rdev), os.minor(rdev)) == devno
 
 
 def parse_lvs_size(text):
@@ -248,32 +181,20 @@ def mounted_lv(module, run, mount):
     if not mount:
         return {}
     rc, out, err = run(
-        [
-            "lvs",
-            "--noheadings",
-            "--nosuffix",
-            "--units",
-            "b",
-            "--separator",
-            "|",
-            "--options",
-            "vg_name,lv_name,lv_path,lv_size,vg_size,vg_free",
-        ]
+        ["lvs", "--noheadings", "--nosuffix", "--units", "b", "--separator", "|", "--options", LVS_COLUMNS]
     )
     if rc != 0:
         # No LVM tools or no volume group: nothing mounted can be a logical volume.
         return {}
-    source = os.path.realpath(mount["source"]) if mount["source"].startswith("/") else ""
-    for row in parse_lvs_rows(out):
-        if (mount.get("devno") and same_device(row["path"], mount["devno"])) or (
-            source and os.path.exists(row["path"]) and os.path.realpath(row["path"]) == source
-        ):
-            rc, out, err = run(["pvs", "--noheadings", "--options", "pv_name", "--select", "vg_name=" + row["vg"]])
-            if rc != 0:
-                module.fail_json(msg="pvs (volume group %s) failed: %s" % (row["vg"], err.strip()))
-            row["pvs"] = sorted(line.strip() for line in out.splitlines() if line.strip())
-            return row
-    return {}
+    # same_device is looked up here, at call time (the unit tests stand in for it).
+    row = match_lv(parse_lvs_rows(out), mount.get("devno"), mount["source"], same=same_device)
+    if not row:
+        return {}
+    rc, out, err = run(["pvs", "--noheadings", "--options", "pv_name", "--select", "vg_name=" + row["vg"]])
+    if rc != 0:
+        module.fail_json(msg="pvs (volume group %s) failed: %s" % (row["vg"], err.strip()))
+    row["pvs"] = sorted(line.strip() for line in out.splitlines() if line.strip())
+    return row
 
 
 def read_fstab(module, path, mount_point):

@@ -130,6 +130,10 @@ PHASES = [
                 "tests/status/test_status_sim.py",
                 "tests/status/test_collect_sim.py",
                 "tests/status/test_support_bundle_sim.py",
+                # `kunlun-fleet inventory` from a CSV of the three hosts, then their data
+                # disks discovered over SSH (read-only, check mode) against what each host's
+                # own tools say (about 30 s).
+                "tests/inventory/test_inventory_discover_sim.py",
                 "tests/gateway/test_endpoint_from_a_peer_sim.py",
                 # The port audit: every listener of the served fleet against docs/security.md,
                 # probed from the controller, a worker, the gateway and an outsider (no bench

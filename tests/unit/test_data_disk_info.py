@@ -1,8 +1,8 @@
-"""library/data_disk_info.py: classifying what a data disk holds."""
+"""library/data_disk_info.py: classifying what a data disk holds (module_utils/data_disks.py, which
+library/data_disk_candidates.py shares)."""
 
 import pytest
-
-import data_disk_info
+from ansible.module_utils import data_disks
 
 
 def entry(**over):
@@ -38,6 +38,6 @@ def sig(kind):
     ],
 )
 def test_classify(disk, state, words):
-    got_state, summary = data_disk_info.classify(disk, "data")
+    got_state, summary = data_disks.classify(disk, "data")
     assert got_state == state
     assert words in summary
