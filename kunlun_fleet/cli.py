@@ -223,6 +223,10 @@ def _api_key_action(ns):
     from kunlun_fleet import vault
 
     inv, pw = ns.inventory, ns.vault_password_file
+    if ns.finish and not (ns.action == "rotate" and not ns.name):
+        raise vault.Refused("--finish goes with `rotate` without a name (the fleet key's rotation)")
+    if ns.action == "rotate" and not ns.name:
+        return _fleet_key_rotate(ns)
     if ns.action in ("add", "revoke", "rotate", "show") and not ns.name:
         raise vault.Refused("%s needs a client name: kunlun-fleet api-key -i %s %s NAME" % (ns.action, inv, ns.action))
     if ns.action in ("list", "apply") and ns.name:
@@ -267,6 +271,54 @@ def _api_key_action(ns):
     return _api_key_apply(ns, sys.stderr if key is not None else sys.stdout)
 
 
+def _fleet_key_rotate(ns):
+    """The fleet key's rotation (docs/gateway.md "Rotating the fleet key"). `rotate`: a new
+    fleet key, the old one kept as the previous; applied by playbooks/fleet_key.yml, the
+    workers first (a rolling restart: each accepts both), then the gateways (both accepted
+    from clients, the new one sent on). `rotate --finish`: the previous key removed, the
+    gateways first (it gets 401), then the workers. The new key is printed once, alone on
+    stdout."""
+    from kunlun_fleet import vault
+
+    inv, pw = ns.inventory, ns.vault_password_file
+    if ns.show:
+        raise vault.Refused("--show goes alone (`kunlun-fleet api-key -i %s --show` prints the fleet key)" % inv)
+    if ns.finish:
+        vault.finish_fleet_key(inv, pw)
+        print(
+            "the fleet key's rotation is finished in %s: the key it replaced is gone." % vault.paths(inv)[1],
+            file=sys.stderr,
+        )
+        key = None
+    else:
+        key = vault.rotate_fleet_key(inv, pw)
+        print(
+            "made a new fleet key in %s (encrypted); the old one stays accepted until `kunlun-fleet api-key -i %s "
+            "rotate --finish`. The new key, printed this once (`kunlun-fleet api-key -i %s --show` prints it again):"
+            % (vault.paths(inv)[1], inv, inv),
+            file=sys.stderr,
+        )
+        print(key, flush=True)
+    if ns.no_apply:
+        print(
+            "Not applied (--no-apply): `kunlun-fleet api-key -i %s apply` applies it (the serving hosts restart in "
+            "batches)." % inv,
+            file=sys.stderr,
+        )
+        return 0
+    rc = _api_key_apply(ns, sys.stderr if key is not None else sys.stdout)
+    if rc == 0 and key is not None:
+        print(
+            "applied: the workers and the gateways accept the old and the new key; the gateways send the workers the "
+            "new one. Move every client of the fleet key to the new key, then `kunlun-fleet api-key -i %s rotate "
+            "--finish` (the old key refused from then on)." % inv,
+            file=sys.stderr,
+        )
+    elif rc == 0:
+        print("applied: the old fleet key is refused everywhere.", file=sys.stderr)
+    return rc
+
+
 def _api_key_apply(ns, stream):
     """playbooks/api_keys.yml through the runner: every gateway's key map, a graceful reload;
     on success the record `list` compares the vault with."""
@@ -276,9 +328,15 @@ def _api_key_apply(ns, stream):
     pw = ns.vault_password_file or vault.paths(inv)[0]
     fingerprints = vault.client_fingerprints(inv, pw)
     plain = ns.plain or not stream.isatty() or os.environ.get("TERM") == "dumb"
+    record = vault.applied_record(inv) or {"clients": {}}
+    # The fleet key changed (a rotation begun or finished) since the last apply: the workers
+    # must change too, before (begin) or after (finish) the gateways (playbooks/fleet_key.yml).
+    fleet_changed = any(
+        record["clients"].get(name) != fingerprints.get(name) for name in (vault.FLEET, vault.FLEET_PREVIOUS)
+    )
     rc = runner.run_playbook(
         "api-key",
-        "playbooks/api_keys.yml",
+        "playbooks/fleet_key.yml" if fleet_changed else "playbooks/api_keys.yml",
         ["--vault-password-file", pw],
         inventory=inv,
         output="plain" if plain else "live",
@@ -306,7 +364,13 @@ def _api_key_list(inv, pw):
     width = max(len(name) for name, _ in states)
     for name, state in states:
         text = "the fleet key: the workers' own, always accepted" if name == vault.FLEET else _STATES[state]
-        if name == vault.FLEET and state != "applied":
+        if name == vault.FLEET_PREVIOUS:
+            text = (
+                "the fleet key a rotation replaces: still accepted, until `api-key rotate --finish`"
+                if state != "revoked"
+                else "the fleet key a rotation replaced: still accepted until `apply`"
+            )
+        if name in (vault.FLEET, vault.FLEET_PREVIOUS) and state not in ("applied", "revoked"):
             text += " (not applied by `api-key apply` yet)"
         print("%s  %s" % (name.ljust(width), text))
     print(
@@ -940,10 +1004,16 @@ def build_parser():
         nargs="?",
         choices=["add", "revoke", "rotate", "list", "apply", "show"],
         help="a client key: add NAME (a new key), revoke NAME, rotate NAME (a new key, the old one refused once "
-        "applied), list (names and whether applied), apply (the vault's keys to every gateway), show NAME",
+        "applied), list (names and whether applied), apply (the vault's keys to every gateway), show NAME; "
+        "rotate without NAME: the fleet key (both accepted until rotate --finish; docs/gateway.md)",
     )
     p.add_argument("name", nargs="?", metavar="NAME", help="the client (a team), for add, revoke, rotate, show")
     p.add_argument("--no-apply", action="store_true", help="change the vault only; `apply` later")
+    p.add_argument(
+        "--finish",
+        action="store_true",
+        help="with `rotate` and no NAME: end the fleet key's rotation (the old key refused from then on)",
+    )
     p.add_argument("--plain", action="store_true", help="ansible-playbook's own output for the apply")
     p.set_defaults(func=cmd_api_key)
     p = sub.add_parser(

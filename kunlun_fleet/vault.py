@@ -34,6 +34,10 @@ import tempfile
 PASSWORD_FILE = ".vault-password"
 VAULT_FILE = os.path.join("group_vars", "all", "vault.yml")
 KEY_VAR = "vault_kunlun_api_key"
+# During a rotation of the fleet key (`api-key rotate` until `rotate --finish`): the key it
+# replaces, still accepted by the workers and the gateways (docs/gateway.md "Rotating the
+# fleet key").
+PREVIOUS_VAR = "vault_kunlun_api_key_previous"
 CLIENTS_VAR = "vault_kunlun_client_keys"
 # The record of the last `kunlun-fleet api-key apply` (client name -> fingerprint), beside the
 # password file; a dot file, so neither Ansible's inventory nor the masker reads it.
@@ -42,6 +46,8 @@ APPLIED_FILE = ".api-keys-applied.json"
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 NAME_RULE = "lowercase letters, digits, - and _, starting with a letter or digit, at most 63 characters"
 FLEET = "fleet"
+# The fingerprint of the key a fleet-key rotation replaces, in the applied record.
+FLEET_PREVIOUS = "fleet (previous)"
 
 
 class Refused(Exception):
@@ -363,6 +369,8 @@ def client_fingerprints(inventory_dir, password_file=None):
     password, _, _, data = _open(inventory_dir, password_file)
     vlib = _vault(password)
     found = {FLEET: _fingerprint(vlib.decrypt(data[KEY_VAR].encode()).decode())}
+    if PREVIOUS_VAR in data:
+        found[FLEET_PREVIOUS] = _fingerprint(vlib.decrypt(data[PREVIOUS_VAR].encode()).decode())
     for name, ciphertext in data[CLIENTS_VAR].items():
         found[name] = _fingerprint(vlib.decrypt(ciphertext.encode()).decode())
     return found
@@ -405,3 +413,98 @@ def client_states(inventory_dir, password_file=None):
         else:
             states.append((name, "applied"))
     return states
+
+
+# ---------------------------------------------------------------- the fleet key's rotation
+
+
+def _vault_lines(var, ciphertext):
+    return ["%s: !vault |" % var] + ["  %s" % line for line in str(ciphertext).strip().splitlines()]
+
+
+_PREVIOUS_COMMENT = "# The fleet key being replaced (kunlun-fleet api-key rotate): accepted until `rotate --finish`."
+
+
+def _write_fleet_keys(vault_path, text, data, current, previous):
+    """vault.yml with the fleet key's block holding `current` (ciphertext) and the previous
+    key's block `previous` (ciphertext, or None: no block), every other line as it was;
+    checked by reading it back before it replaces the file."""
+    import yaml
+
+    lines = text.splitlines()
+
+    def block(var):
+        start = next((i for i, line in enumerate(lines) if re.match(r"^%s\s*:" % var, line)), None)
+        if start is None:
+            return None, None
+        end = start + 1
+        while end < len(lines) and lines[end][:1] in (" ", "\t"):
+            end += 1
+        if start > 0 and lines[start - 1] == _PREVIOUS_COMMENT:
+            start -= 1
+        return start, end
+
+    start, end = block(PREVIOUS_VAR)
+    if start is not None:
+        del lines[start:end]
+    start, end = block(KEY_VAR)
+    new = _vault_lines(KEY_VAR, current)
+    if previous is not None:
+        new += [_PREVIOUS_COMMENT] + _vault_lines(PREVIOUS_VAR, previous)
+    lines[start:end] = new
+    new_text = "\n".join(lines) + "\n"
+    try:
+        after = yaml.load(new_text, Loader=_loader()) or {}
+    except yaml.YAMLError as exc:
+        after = {"<unreadable>": str(exc)}
+    expected = {k: v for k, v in data.items() if k != PREVIOUS_VAR}
+    expected[KEY_VAR] = current
+    if previous is not None:
+        expected[PREVIOUS_VAR] = previous
+    after.setdefault(CLIENTS_VAR, {})
+
+    def same(a, b):
+        return {k: (v.strip() if isinstance(v, str) else v) for k, v in a.items()} == {
+            k: (v.strip() if isinstance(v, str) else v) for k, v in b.items()
+        }
+
+    if not same(after, expected):
+        raise Refused(
+            "%s could not be edited safely (its %s is not a !vault value in a block of its own as kunlun-fleet writes "
+            "it): nothing was written. Fix: put %s: !vault | at the start of a line, its ciphertext indented below it"
+            % (vault_path, KEY_VAR, KEY_VAR)
+        )
+    _write_private(vault_path, new_text.encode())
+
+
+def fleet_key_rotating(inventory_dir, password_file=None):
+    """True while a rotation of the fleet key runs (vault.yml holds the key it replaces)."""
+    return PREVIOUS_VAR in _open(inventory_dir, password_file)[3]
+
+
+def rotate_fleet_key(inventory_dir, password_file=None):
+    """A new fleet key; the old one kept as PREVIOUS_VAR (accepted until finish_fleet_key).
+    Returns the new key. Refused while a rotation runs already."""
+    password, vault_path, text, data = _open(inventory_dir, password_file)
+    if PREVIOUS_VAR in data:
+        raise Refused(
+            "a rotation of the fleet key runs already (%s holds %s): finish it first with `kunlun-fleet api-key -i %s "
+            "rotate --finish` once every client uses the new key" % (vault_path, PREVIOUS_VAR, inventory_dir)
+        )
+    for name, ciphertext in data[CLIENTS_VAR].items():
+        if not isinstance(ciphertext, _Vaulted):
+            raise Refused("%s's client %s is not a !vault value: fix it by hand first" % (vault_path, name))
+    key, ciphertext = _new_key(password)
+    _write_fleet_keys(vault_path, text, data, ciphertext, _Vaulted(data[KEY_VAR]))
+    return key
+
+
+def finish_fleet_key(inventory_dir, password_file=None):
+    """The rotation's end: the replaced key removed from vault.yml. Refused when none runs."""
+    _, vault_path, text, data = _open(inventory_dir, password_file)
+    if PREVIOUS_VAR not in data:
+        raise Refused(
+            "no rotation of the fleet key runs (%s holds no %s): `kunlun-fleet api-key -i %s rotate` begins one"
+            % (vault_path, PREVIOUS_VAR, inventory_dir)
+        )
+    _write_fleet_keys(vault_path, text, data, _Vaulted(data[KEY_VAR]), None)

@@ -33,7 +33,7 @@ description:
     (I(facts_file)) - with every secret masked on the host first (the value of an
     assignment whose name ends in KEY, TOKEN, SECRET, PASSWORD or CREDENTIALS, an
     C(--api-key) argument, a bearer token). The key file
-    (api-key.env) is never read.
+    (api-keys.yaml) is never read.
   - kunlun-fleet status --collect DIR writes one file per output under DIR/<host>/.
   - Read-only; safe in check mode.
 options:

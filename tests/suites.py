@@ -185,11 +185,16 @@ PHASES = [
         # kf-node-3's killed under load (the model stage beside it leaves serving alone).
         # After the weights from peers: that suite cuts kf-node-3's SSH for a while, and this
         # one kills kf-node-3's engine over SSH (a run where the two met failed here). Then
-        # membership under load: kf-node-3 removed (`host remove`) and added back (`host add`).
+        # membership under load: kf-node-3 removed (`host remove`) and added back (`host add`);
+        # and the fleet key rotated under load (every serving host restarted twice).
         Suite(
             "gateway-failover",
             "kf-node-1",
-            ["tests/gateway/test_failover_sim.py", "tests/gateway/test_membership_sim.py"],
+            [
+                "tests/gateway/test_failover_sim.py",
+                "tests/gateway/test_membership_sim.py",
+                "tests/gateway/test_fleet_key_rotation_sim.py",
+            ],
             after="model-peers",
         ),
         # Weights from peers beside it: kf-node-2 and kf-node-3 fetch from kf-node-1's

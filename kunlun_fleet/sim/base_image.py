@@ -40,6 +40,11 @@ WHEEL_CACHE = os.path.join(CACHE_DIR, "wheels")
 # Real wheels from PyPI, pinned for a reproducible stand-in.
 UV_VERSION = "0.9.30"
 SETUPTOOLS_VERSION = "65.5.0"  # the one CPython 3.10's ensurepip bundles; `setup.py install` works
+# vllm 0.15.1 imports yaml at the start of every entry point (vllm/utils/argparse_utils.py,
+# which reads --config files) and declares pyyaml among its requirements; the image installs
+# vllm --no-deps, so the vendor's base image carries it. So does this one (the stand-in's
+# --config reads it the same way).
+PYYAML_VERSION = "6.0.2"
 ROOTFS_REPO = "kunlun-fleet/sim-base-rootfs"
 KEY_LABEL = "org.kunlun-fleet.sim-base-key"
 VENV = "/opt/vllm_kunlun"
@@ -66,10 +71,10 @@ RUN apt-get update \\
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {apt} \\
  && apt-get clean && rm -rf /var/lib/apt/lists/*
 {python_steps}COPY uv uvx /usr/local/bin/
-COPY {setuptools} /tmp/
+COPY {setuptools} {pyyaml} /tmp/
 RUN {python} -m venv --without-pip {venv} \\
- && uv pip install --python {venv}/bin/python --offline --no-deps /tmp/{setuptools} \\
- && rm /tmp/{setuptools} \\
+ && uv pip install --python {venv}/bin/python --offline --no-deps /tmp/{setuptools} /tmp/{pyyaml} \\
+ && rm /tmp/{setuptools} /tmp/{pyyaml} \\
  && test ! -e {venv}/bin/pip \\
  && {venv}/bin/python -c 'import ssl, ctypes, zlib, sysconfig, os.path as p; \\
       assert p.exists(p.join(sysconfig.get_paths()["include"], "Python.h"))'
@@ -123,7 +128,11 @@ def base_key(profile):
         with open(path, "rb") as fh:
             h.update(hashlib.sha256(fh.read()).digest())
     h.update(sim_image.rootfs_key().encode())
-    h.update(("%s|%s|%s|%s" % (profile["kind"], UV_VERSION, SETUPTOOLS_VERSION, ",".join(APT_PACKAGES))).encode())
+    h.update(
+        (
+            "%s|%s|%s|%s|%s" % (profile["kind"], UV_VERSION, SETUPTOOLS_VERSION, PYYAML_VERSION, ",".join(APT_PACKAGES))
+        ).encode()
+    )
     if profile["prefix"]:
         h.update(profile["prefix"].encode())
         out = subprocess.run(
@@ -211,6 +220,7 @@ def build(pins, out, log=log):
         rootfs = rootfs_image()
         uv_whl = _wheel("uv", UV_VERSION)
         st_whl = _wheel("setuptools", SETUPTOOLS_VERSION)
+        yaml_whl = _wheel("PyYAML", PYYAML_VERSION)
         os.makedirs(BUILD_DIR, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="base-image-", dir=BUILD_DIR) as ctx:
             with zipfile.ZipFile(uv_whl) as zf:
@@ -223,6 +233,7 @@ def build(pins, out, log=log):
             if not os.path.exists(os.path.join(ctx, "uv")):
                 raise SimError("%s holds no uv binary" % uv_whl)
             shutil.copy(st_whl, ctx)
+            shutil.copy(yaml_whl, ctx)
             if profile["prefix"]:
                 _python_tar(profile["prefix"], os.path.join(ctx, "python310.tar"))
                 apt = APT_PACKAGES
@@ -241,6 +252,7 @@ def build(pins, out, log=log):
                         python=python,
                         venv=VENV,
                         setuptools=os.path.basename(st_whl),
+                        pyyaml=os.path.basename(yaml_whl),
                         label=KEY_LABEL,
                         key=key,
                     )

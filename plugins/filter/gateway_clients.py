@@ -36,9 +36,10 @@ def _key_problem(key):
     return None
 
 
-def gateway_client_problems(client_keys, fleet_key):
-    """Every reason the clients `client_keys` ({name: key}) and the fleet key cannot make
-    the gateway's map, each naming the client and its fix, never a key; [] when they can."""
+def gateway_client_problems(client_keys, fleet_key, previous_key=""):
+    """Every reason the clients `client_keys` ({name: key}) and the fleet key (and the one a
+    rotation replaces, `previous_key`, when not empty) cannot make the gateway's map, each
+    naming the client and its fix, never a key; [] when they can."""
     fix = "Fix it in the inventory's vault (kunlun-fleet api-key -i INV revoke NAME, then add NAME)."
     if client_keys is None:
         client_keys = {}
@@ -54,6 +55,18 @@ def gateway_client_problems(client_keys, fleet_key):
             "the fleet key (vault_kunlun_api_key) %s: the gateway cannot check it. Fix: make the fleet's key with "
             "kunlun-fleet api-key -i INV." % reason
         )
+    if previous_key:
+        reason = _key_problem(previous_key)
+        if reason:
+            problems.append(
+                "the fleet key a rotation replaces (vault_kunlun_api_key_previous) %s. Fix: finish the rotation with "
+                "kunlun-fleet api-key -i INV rotate --finish." % reason
+            )
+        elif previous_key == fleet_key:
+            problems.append(
+                "the fleet key a rotation replaces (vault_kunlun_api_key_previous) is the fleet key itself. Fix: "
+                "kunlun-fleet api-key -i INV rotate --finish."
+            )
     seen = {}
     for name in sorted(client_keys, key=str):
         key = client_keys[name]
@@ -70,9 +83,10 @@ def gateway_client_problems(client_keys, fleet_key):
         if reason:
             problems.append("client %s's key %s. %s" % (name, reason, fix))
             continue
-        if key == fleet_key:
+        if key == fleet_key or (previous_key and key == previous_key):
             problems.append(
-                "client %s's key is the fleet key (vault_kunlun_api_key): give it a key of its own. %s" % (name, fix)
+                "client %s's key is the fleet key (vault_kunlun_api_key%s): give it a key of its own. %s"
+                % (name, "" if key == fleet_key else "_previous", fix)
             )
             continue
         if key in seen:
@@ -84,11 +98,12 @@ def gateway_client_problems(client_keys, fleet_key):
     return problems
 
 
-def gateway_client_map(client_keys, fleet_key):
+def gateway_client_map(client_keys, fleet_key, previous_key=""):
     """The map file HAProxy looks each request's bearer token up in: one line `<key> <client
     name>` per client of `client_keys` ({name: key}), sorted by name, and the fleet key as the
-    client `fleet`. Refuses (without naming any key) what gateway_client_problems refuses."""
-    problems = gateway_client_problems(client_keys, fleet_key)
+    client `fleet` (during a rotation the key it replaces too, as `fleet`). Refuses (without
+    naming any key) what gateway_client_problems refuses."""
+    problems = gateway_client_problems(client_keys, fleet_key, previous_key)
     if problems:
         raise ValueError("gateway_client_map: %s" % " ".join(problems))
     lines = [
@@ -96,6 +111,8 @@ def gateway_client_map(client_keys, fleet_key):
         "# Written by the gateway role from the inventory's vault; 0600 root. Do not edit.",
         "%s %s" % (fleet_key, FLEET),
     ]
+    if previous_key:
+        lines.append("%s %s" % (previous_key, FLEET))
     for name in sorted(client_keys or {}):
         lines.append("%s %s" % (client_keys[name], name))
     return "\n".join(lines) + "\n"

@@ -287,6 +287,11 @@ def wrong_key(c):
     return error_of(c.call("GET", "/v1/models", key=c.key + "x"))
 
 
+@point("the key a rotation replaces is accepted too (--api-key of two keys)", expect=lambda o: o == 200)
+def previous_key(c):
+    return c.call("GET", "/v1/models", key=engine.previous_key(c.key)).status
+
+
 @point("the key's scheme is case-insensitive (bearer)", expect=lambda o: o == 200)
 def lower_scheme(c):
     return c.call("GET", "/v1/models", key=None, headers={"Authorization": "bearer " + c.key}).status

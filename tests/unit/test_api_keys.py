@@ -218,6 +218,8 @@ def checkout(tmp_path):
         "gateway_proxy_config": str(proxy / "haproxy.cfg"),
         "gateway_proxy_client_map": str(proxy / "kunlun-clients.map"),
         "gateway_proxy_internal_map": str(proxy / "kunlun-internal.map"),
+        # The router's key file (router_key.yml) beside the maps, never this machine's /etc.
+        "gateway_config_dir": str(proxy),
     }
     (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"gateways": {"hosts": {"gw": host}}}}}))
     env = dict(os.environ, KUNLUN_FLEET_ROOT=str(tree), PYTHONUNBUFFERED="1", ANSIBLE_NOCOLOR="1")
@@ -373,3 +375,112 @@ def test_a_bad_client_in_the_vault_is_refused_by_the_role_naming_it_not_its_key(
     assert "clients a and b have the same key: give each a key of its own" in out, out[-3000:]
     assert shared not in out and fleet not in out
     assert not list(checkout["proxy"].glob("*.map"))
+
+
+# ---------------------------------------------------------------- the fleet key's rotation
+
+
+def test_the_fleet_key_rotated_the_old_one_kept_until_finish_the_rest_untouched(inv):
+    a = vault.add_client_key(str(inv), "team-a")
+    before = load(inv)
+    old = vault.read_api_key(str(inv))
+    assert not vault.fleet_key_rotating(str(inv))
+    new = vault.rotate_fleet_key(str(inv))
+    assert new != old and new.startswith("kf-") and vault.read_api_key(str(inv)) == new
+    assert vault.fleet_key_rotating(str(inv))
+    data = load(inv)
+    password = (inv / ".vault-password").read_text().strip()
+    assert vault._vault(password).decrypt(data[vault.PREVIOUS_VAR].encode()).decode() == old
+    # The old ciphertext moved as it was; everything else as it was; no key in clear.
+    assert data[vault.PREVIOUS_VAR].strip() == before[vault.KEY_VAR].strip()
+    assert {k: v for k, v in data.items() if k not in (vault.KEY_VAR, vault.PREVIOUS_VAR)} == {
+        k: v for k, v in before.items() if k != vault.KEY_VAR
+    }
+    assert vault.read_client_key(str(inv), "team-a") == a
+    assert not any(k in text_of(inv) for k in (a, old, new))
+    assert set(vault.client_fingerprints(str(inv))) == {vault.FLEET, vault.FLEET_PREVIOUS, "team-a"}
+    # One rotation at a time; a client key's change leaves the rotation as it is.
+    with pytest.raises(vault.Refused, match="runs already .* rotate --finish"):
+        vault.rotate_fleet_key(str(inv))
+    vault.add_client_key(str(inv), "team-b")
+    assert vault.fleet_key_rotating(str(inv)) and vault.read_api_key(str(inv)) == new
+    middle = text_of(inv)
+    vault.finish_fleet_key(str(inv))
+    assert not vault.fleet_key_rotating(str(inv)) and vault.read_api_key(str(inv)) == new
+    assert vault.PREVIOUS_VAR not in text_of(inv) and "being replaced" not in text_of(inv)
+    assert len(text_of(inv).splitlines()) < len(middle.splitlines())
+    assert vault.client_names(str(inv)) == ["team-a", "team-b"]
+    with pytest.raises(vault.Refused, match="no rotation of the fleet key runs"):
+        vault.finish_fleet_key(str(inv))
+    # Ansible reads the vault as written (its own loader, the password): both steps.
+    assert os.stat(inv / "group_vars/all/vault.yml").st_mode & 0o777 == 0o600
+
+
+def test_the_role_s_map_accepts_both_fleet_keys_while_a_rotation_runs(inv, tmp_path):
+    a = vault.add_client_key(str(inv), "team-a")
+    old = vault.read_api_key(str(inv))
+    new = vault.rotate_fleet_key(str(inv))
+    (inv / "hosts.yml").write_text("all:\n  hosts:\n    h1:\n      ansible_connection: local\n")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    env["ANSIBLE_VAULT_PASSWORD_FILE"] = str(inv / ".vault-password")
+    out = tmp_path / "clients.map"
+    expr = "vault_kunlun_client_keys | gateway_client_map(vault_kunlun_api_key, vault_kunlun_api_key_previous)"
+    proc = subprocess.run(
+        [
+            str(ROOT / ".venv/bin/ansible"),
+            "-i",
+            str(inv),
+            "h1",
+            "-e",
+            "ansible_python_interpreter=%s" % sys.executable,
+            "-m",
+            "ansible.builtin.copy",
+            "-a",
+            "content={{ %s }} dest=%s mode=0600" % (expr, out),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    entries = [line.split() for line in out.read_text().splitlines() if line[:1] != "#"]
+    assert entries == [[new, "fleet"], [old, "fleet"], [a, "team-a"]]
+    assert not any(k in proc.stdout + proc.stderr for k in (a, old, new))
+
+
+def test_the_cli_rotates_the_fleet_key_in_two_steps_printing_the_new_key_once(checkout):
+    inv, outputs = str(checkout["inv"]), []
+
+    def run(*args, rc=0):
+        proc = cli(checkout, *args)
+        outputs.append((args, proc))
+        assert proc.returncode == rc, (args, proc.stdout[-3000:], proc.stderr[-3000:])
+        return proc
+
+    vault.ensure_api_key(inv)
+    old = vault.read_api_key(inv)
+    vault.record_applied(inv, vault.client_fingerprints(inv))
+    # Refusals first: exit 3, nothing changed.
+    before = text_of(inv)
+    run("rotate", "--finish", rc=3)
+    run("rotate", "team-a", "--finish", rc=3)
+    run("list", "--finish", rc=3)
+    assert text_of(inv) == before
+    rotated = run("rotate", "--no-apply")
+    new = rotated.stdout.strip()
+    assert new == vault.read_api_key(inv) != old and rotated.stdout == new + "\n"
+    assert "rotate --finish" in rotated.stderr and "Not applied (--no-apply)" in rotated.stderr
+    assert run("list").stdout.splitlines() == [
+        "fleet             the fleet key: the workers' own, always accepted (not applied by `api-key apply` yet)",
+        "fleet (previous)  the fleet key a rotation replaces: still accepted, until `api-key rotate --finish` "
+        "(not applied by `api-key apply` yet)",
+    ]
+    run("rotate", "--no-apply", rc=3)  # one rotation at a time
+    finished = run("rotate", "--finish", "--no-apply")
+    assert finished.stdout == "" and "is finished" in finished.stderr
+    assert not vault.fleet_key_rotating(inv) and vault.read_api_key(inv) == new
+    # The new key appears once, on the rotation's stdout; the old one nowhere.
+    for args, proc in outputs:
+        text = proc.stdout + proc.stderr
+        assert old not in text, args
+        assert text.count(new) == (1 if args == ("rotate", "--no-apply") and proc.returncode == 0 else 0), args

@@ -1124,7 +1124,7 @@ def test_the_module_never_changes_and_reads_no_key(module):
     source = (ROOT / "library" / (module + ".py")).read_text()
     assert "changed=False" in source and "changed=True" not in source
     # collect_outputs names --api-key only to mask it, and the key file only to say it is not read.
-    allowed = ("the serving API key file", "--api-key", "(api-key.env) is never read")
+    allowed = ("the serving API key file", "--api-key", "(api-keys.yaml) is never read")
     for phrase in allowed:
         source = source.replace(phrase, "")
     assert "api-key" not in source

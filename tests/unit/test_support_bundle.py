@@ -77,7 +77,7 @@ def test_diagnostics_are_read_cut_and_masked_on_the_host(tmp_path):
     (logs / "vllm.log").write_text("".join("line %d\n" % i for i in range(50)) + "api_key=from-a-log\n")
     (logs / "vllm.log.2.gz").write_bytes(b"\x1f\x8b")
     (conf / "serve.env").write_text("VLLM_LOGGING_LEVEL=INFO\nVLLM_API_KEY=sk-in-serve-env\n")
-    (conf / "api-key.env").write_text("VLLM_API_KEY=sk-never-read\n")
+    (conf / "api-keys.yaml").write_text('{"api-key": ["sk-never-read"]}\n')
     facts = tmp_path / "xpu.fact"
     facts.write_text('{"count": 8}\n')
     inspect = json.dumps([{"Config": {"Env": ["VLLM_API_KEY=sk-in-docker", "PATH=/usr/bin"]}}])

@@ -41,7 +41,7 @@ from vllm.entrypoints.openai.cli_args import (
 )
 from vllm.entrypoints.routes import LOGGED_ROUTES, ServeRoutes
 from vllm.entrypoints.ssl import SSLCertRefresher, server_ssl_context
-from vllm.logger import init_logger, uvicorn_log
+from vllm.logger import decorate_logs, init_logger, uvicorn_log
 from vllm.platforms import current_platform
 from vllm.version import __version__ as VLLM_VERSION
 
@@ -714,7 +714,9 @@ def create_server_socket(host, port) -> socket.socket:
 
 async def run_server(args) -> None:
     logger.info("vLLM server version %s, serving model %s", VLLM_VERSION, args.model)
-    logger.info("non-default args: %s", {k: v for k, v in non_default_args(args).items() if k != "api_key"})
+    # vllm/entrypoints/utils.py, log_non_default_args: every flag that differs from its
+    # default, the API keys of --api-key (or a --config file) among them, at INFO.
+    init_logger("vllm.entrypoints.utils").info("non-default args: %s", non_default_args(args))
     validate_api_server_args(args)
     sock = create_server_socket(args.host, args.port)
     sock.setblocking(False)
@@ -829,6 +831,7 @@ def build_parser() -> FlexibleArgumentParser:
 
 
 def run(args) -> None:
+    decorate_logs("APIServer")
     if args.model_tag:
         args.model = args.model_tag
     validate_parsed_serve_args(args)

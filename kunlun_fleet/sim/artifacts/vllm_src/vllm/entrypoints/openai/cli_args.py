@@ -142,6 +142,8 @@ class FlexibleArgumentParser(argparse.ArgumentParser):
     def parse_args(self, args=None, namespace=None):
         if args is None:
             args = sys.argv[1:]
+        if "--config" in args:
+            args = self._pull_args_from_config(list(args))
         processed = []
         for arg in args:
             if arg.startswith("--") and len(arg) > 2:
@@ -159,6 +161,46 @@ class FlexibleArgumentParser(argparse.ArgumentParser):
             if any(a == flag or a.startswith(flag + "=") or a == "--no-" + flag[2:] for a in processed):
                 logger.warning("argument '%s' is deprecated", dest)
         return namespace
+
+    def _pull_args_from_config(self, args):
+        """vllm/utils/argparse_utils.py, `_pull_args_from_config`: the file's flags go first,
+        so a flag on the command line wins over the file's (the api_server entry point has no
+        sub-command: args[0] is a flag)."""
+        assert args.count("--config") <= 1, "More than one config file specified!"
+        index = args.index("--config")
+        if index == len(args) - 1:
+            raise ValueError("No config file specified! Please check your command-line arguments.")
+        config_args = self.load_config_file(args[index + 1])
+        if args[0].startswith("-"):
+            return config_args + args[0:index] + args[index + 2 :]
+        return [args[0]] + config_args + args[1:index] + args[index + 2 :]
+
+    def load_config_file(self, file_path):
+        """`load_config_file`: a .yaml/.yml file of flat keys; true booleans become the bare
+        flag, false ones nothing; a list the flag then each item; anything else flag and value."""
+        import yaml
+
+        extension = file_path.split(".")[-1]
+        if extension not in ("yaml", "yml"):
+            raise ValueError(f"Config file must be of a yaml/yml type. {extension} supplied")
+        try:
+            with open(file_path) as config_file:
+                config = yaml.safe_load(config_file)
+        except Exception:
+            logger.error("Unable to read the config file at %s. Check path correctness", file_path)
+            raise
+        processed = []
+        for key, value in config.items():
+            if isinstance(value, bool):
+                if value:
+                    processed.append("--" + key)
+            elif isinstance(value, list):
+                if value:
+                    processed.append("--" + key)
+                    processed.extend(str(item) for item in value)
+            else:
+                processed.extend(["--" + key, str(value)])
+        return processed
 
 
 def make_arg_parser(parser: FlexibleArgumentParser) -> FlexibleArgumentParser:
