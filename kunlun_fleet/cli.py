@@ -329,8 +329,11 @@ def _api_key_apply(ns, stream):
     fingerprints = vault.client_fingerprints(inv, pw)
     plain = ns.plain or not stream.isatty() or os.environ.get("TERM") == "dumb"
     record = vault.applied_record(inv) or {"clients": {}}
-    # The fleet key changed (a rotation begun or finished) since the last apply: the workers
-    # must change too, before (begin) or after (finish) the gateways (playbooks/fleet_key.yml).
+    # The fleet key changed (a rotation begun or finished) since the last apply, or no apply is
+    # on record (what the workers accept is not known): the workers are brought to the vault's
+    # keys too, before (begin) or after (finish) the gateways (playbooks/fleet_key.yml; the
+    # serve stage restarts nothing where nothing changed). Sending the workers a key they do
+    # not accept yet would fail every request.
     fleet_changed = any(
         record["clients"].get(name) != fingerprints.get(name) for name in (vault.FLEET, vault.FLEET_PREVIOUS)
     )

@@ -18,7 +18,9 @@ Client keys, one per team (docs/gateway.md "Client keys"), in the same file:
       $ANSIBLE_VAULT;1.1;AES256
       ...
 
-each value encrypted on its own. add/revoke/rotate rewrite that block only: every other
+each value encrypted on its own; and, while a rotation of the fleet key runs (`rotate`
+without a name, until `rotate --finish`), ``vault_kunlun_api_key_previous``: the key it
+replaces, still accepted. add/revoke/rotate rewrite their block only: every other
 line of vault.yml stays as it was (checked after each edit, before the file is replaced).
 The gateway role makes HAProxy's key map of them (roles/gateway/tasks/client_maps.yml).
 """
