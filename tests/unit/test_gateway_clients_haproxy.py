@@ -104,14 +104,14 @@ class Backend:
         self.server.server_close()
 
 
-def map_contents(client_keys, fleet_key):
+def map_contents(client_keys, fleet_key, previous_key=""):
     """The two map files as roles/gateway/tasks/client_maps.yml writes them: its tasks'
-    own content expressions, rendered."""
+    own content expressions, rendered (previous_key: the fleet key a rotation replaces)."""
     tasks = yaml.safe_load((ROOT / "roles/gateway/tasks/client_maps.yml").read_text())
     contents = [task["ansible.builtin.copy"]["content"] for task in tasks]
-    assert contents[0] == "{{ gateway_client_keys | gateway_client_map(gateway_api_key) }}"
+    assert contents[0] == "{{ gateway_client_keys | gateway_client_map(gateway_api_key, gateway_api_key_previous) }}"
     templar = Templar(variables={"gateway_api_key": fleet_key})
-    return gateway_client_map(client_keys, fleet_key), templar.template(trust_as_template(contents[1]))
+    return gateway_client_map(client_keys, fleet_key, previous_key), templar.template(trust_as_template(contents[1]))
 
 
 def write_root_0600(path, text):
