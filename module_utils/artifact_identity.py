@@ -249,8 +249,21 @@ def describe_declared(found):
     return ", ".join(parts) or "no version"
 
 
+def _image_id(config):
+    """The image ID of a manifest.json entry's Config: `<hex>.json` (docker save before 25) or
+    `blobs/sha256/<hex>` (the OCI layout of 25 and later); the ID is the config's sha256."""
+    if not isinstance(config, str):
+        return None
+    name = config.rsplit("/", 1)[-1]
+    if name.endswith(".json"):
+        name = name[: -len(".json")]
+    return "sha256:" + name if re.match(r"^[0-9a-f]{64}$", name) else None
+
+
 def read_image(path):
-    """{repo_tags} of a `docker save` archive (manifest.json); ValueError when it is not one."""
+    """{repo_tags, images} of a `docker save` archive (manifest.json): every tag, and each
+    image's ID with its tags (what `docker image inspect` calls Id once it is loaded);
+    ValueError when it is not one."""
     text = None
     try:
         with tarfile.open(path, "r:*") as archive:
@@ -266,17 +279,18 @@ def read_image(path):
         manifest = json.loads(text)
     except ValueError as exc:
         raise ValueError("its manifest.json is not JSON (%s)" % exc) from exc
-    tags = []
+    tags, images = [], []
     for image in manifest if isinstance(manifest, list) else []:
         if isinstance(image, dict):
             tags.extend(t for t in (image.get("RepoTags") or []) if t not in tags)
-    return {"repo_tags": tags}
+            images.append({"id": _image_id(image.get("Config")), "repo_tags": list(image.get("RepoTags") or [])})
+    return {"repo_tags": tags, "images": images}
 
 
 READERS = {"wheel": read_wheel, "installer": read_installer, "source": read_source, "image": read_image}
 # The key a reader's result is remembered under (bundle_manifest.SumCache): a new key when
 # a reader learns to say more, so what an older one said of a file is not taken for it.
-CACHE_KEYS = {"source": "source-2", "identify": "identify-2"}
+CACHE_KEYS = {"source": "source-2", "identify": "identify-2", "image": "image-2"}
 
 
 def cache_key(kind):
