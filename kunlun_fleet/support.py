@@ -13,7 +13,7 @@ inventory's vaulted values (the runner's masker), and the bundle is read back an
 The bundle: <name>/README.txt (what is where), status.txt and status.json (the status table
 and document of the same run), hosts/<host>/<file> with hosts/<host>/index.json (the command
 behind each file, its exit status, what was missing and why), last-run/ (the summary of the
-newest deploy or stage run in reports/runs/), and from each gateway the engine watchdog's
+newest deploy or stage run of the inventory in reports/runs/), and from each gateway the engine watchdog's
 state (watchdog/<gateway>/state.json) and its evidence archives of the hosts in the bundle,
 unpacked (hosts/<host>/watchdog/<gateway>/<archive>/...), masked like the hosts' files;
 watchdog/index.json says what was found where. No watchdog on a gateway: nothing of it.
@@ -52,7 +52,7 @@ hosts/<host>/...          xpu-smi.txt, xpu-smi-q.txt, xpu-smi-L.txt, proc_kunlun
                           dmesg-tail.txt, unit.txt, unit-status.txt, journal-tail.txt
                           (the serving unit), vllm-log-tail.txt, docker-inspect.json (the
                           serving container), serve.env, xpu-facts.json (the driver's facts)
-last-run/                 the newest deploy or stage run's report (summary.md, summary.json)
+last-run/                 the newest deploy or stage run of the inventory (summary.md, .json)
 watchdog/<gateway>/state.json
                           the engine watchdog's state on each gateway that runs it: which
                           hosts it quarantined, why, since when (watchdog/index.json: what
@@ -75,10 +75,15 @@ def default_output(base):
     return Path(base) / "reports" / "support" / ("support-%s.tar.gz" % stamp)
 
 
-def last_run(base):
-    """The newest deploy or stage run's directory (not a status or support run), or None."""
+def last_run(base, inventory):
+    """The newest deploy or stage run of this inventory (not a status or support run, nor
+    another inventory's from the same checkout): its directory, or None."""
     for summary in reversed(runner.list_runs(base)):
-        if summary.get("command") in ("deploy", "stage") and summary.get("id"):
+        if (
+            summary.get("command") in ("deploy", "stage")
+            and summary.get("id")
+            and status.same_inventory(summary.get("inventory"), inventory)
+        ):
             path = runner.runs_dir(base) / summary["id"]
             if path.is_dir():
                 return path
@@ -286,7 +291,7 @@ def run(inventory, limit=None, output=None, argv=None, base=None, out=None):
         )
         (top / "status.json").write_text(status.render_json(doc))
         (top / "status.txt").write_text(status.render_table(doc))
-        previous = last_run(base)
+        previous = last_run(base, inventory)
         if previous is not None:
             (top / "last-run").mkdir()
             for item in ("summary.md", "summary.json"):

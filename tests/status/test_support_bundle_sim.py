@@ -36,7 +36,7 @@ def test_support_bundle_of_a_served_host(sim_fleet, tmp_path):
     # The host holds the key (the engine's --config file, mounted into its container).
     held = ssh(2, "grep -qF -e '%s' /etc/kunlun-serve/api-keys.yaml; echo $?" % key, check=False).stdout.strip()
     assert held == "0", "the host does not hold the key: nothing to keep out"
-    last = support.last_run(ROOT)
+    last = support.last_run(ROOT, "inventories/sim")
     assert last is not None, "no deploy or stage run in reports/runs (the demo that served the fleet makes one)"
     before = ssh(2, UNTOUCHED).stdout
     out = tmp_path / "bundle.tar.gz"

@@ -146,21 +146,24 @@ def test_the_modules_documentation_matches_its_spec(monkeypatch):
 
 
 # ---------------------------------------------------------------- the controller's side
-def _run_dir(base, run_id, command):
+def _run_dir(base, run_id, command, inventory="inventories/site"):
     path = runner.runs_dir(base) / run_id
     path.mkdir(parents=True)
-    (path / "summary.json").write_text(json.dumps({"id": run_id, "command": command}))
+    (path / "summary.json").write_text(json.dumps({"id": run_id, "command": command, "inventory": inventory}))
     (path / "summary.md").write_text("# %s\n" % run_id)
     return path
 
 
-def test_the_last_deploy_or_stage_run_is_picked(tmp_path):
-    assert support.last_run(tmp_path) is None
+def test_the_last_deploy_or_stage_run_of_the_inventory_is_picked(tmp_path):
+    assert support.last_run(tmp_path, "inventories/site") is None
     _run_dir(tmp_path, "20261201T000000Z-deploy", "deploy")
     stage = _run_dir(tmp_path, "20261202T000000Z-stage-serve", "stage")
     _run_dir(tmp_path, "20261203T000000Z-status", "status")
     _run_dir(tmp_path, "20261204T000000Z-support-bundle", "support-bundle")
-    assert support.last_run(tmp_path) == stage
+    # Another inventory's deploy from the same checkout, newer: not this fleet's.
+    other = _run_dir(tmp_path, "20261205T000000Z-deploy", "deploy", "/srv/other-site")
+    assert support.last_run(tmp_path, "inventories/site") == stage
+    assert support.last_run(tmp_path, "/srv/other-site") == other
 
 
 def test_a_vaulted_value_is_masked_and_a_survivor_found(tmp_path):
