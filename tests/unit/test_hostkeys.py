@@ -263,6 +263,36 @@ def test_key_types_as_openssh_prefers_them(tmp_path, keys):
         only_ed.close()
 
 
+def test_a_key_exchange_that_times_out_is_unreached_not_a_changed_key(tmp_path, keys, monkeypatch):
+    """A busy host (or controller) whose key exchange times out: paramiko's message names a
+    key ("Key-exchange timed out waiting for key negotiation"), and that is no reason to ask
+    again for any key type and call the host CHANGED."""
+    path = tmp_path / "known_hosts"
+    path.write_text(line("127.0.0.1", 2222, keys["ec1"]))
+    asked = []
+
+    def timed_out(address, port=22, timeout=hostkeys.TIMEOUT, key_types=None):
+        asked.append(key_types)
+        if key_types:
+            raise paramiko.SSHException("Key-exchange timed out waiting for key negotiation")
+        return keys["ed1"]
+
+    monkeypatch.setattr(hostkeys, "read_host_key", timed_out)
+    [r] = hostkeys.scan([Host("busy", "127.0.0.1", 2222)], path)
+    assert r.status == hostkeys.UNREACHED and "timed out" in r.detail, (r.status, r.detail)
+    assert asked == [[keys["ec1"].get_name()]]
+
+    # The real answer of a host that no longer offers the recorded type still is CHANGED.
+    def incompatible(address, port=22, timeout=hostkeys.TIMEOUT, key_types=None):
+        if key_types:
+            raise paramiko.ssh_exception.IncompatiblePeer("Incompatible ssh peer (no acceptable host key)")
+        return keys["ed1"]
+
+    monkeypatch.setattr(hostkeys, "read_host_key", incompatible)
+    [r] = hostkeys.scan([Host("moved", "127.0.0.1", 2222)], path)
+    assert r.status == "CHANGED" and "no longer offered" in r.detail
+
+
 def test_unreachable_hosts(tmp_path):
     closed = socket.socket()
     closed.bind(("127.0.0.1", 0))
