@@ -258,13 +258,33 @@ def _block(clients):
     return lines
 
 
+def _block_span(lines, var):
+    """(start, end) of the top-level `var:` block of vault.yml's lines (its key line and the
+    indented lines under it); (None, None) when there is none."""
+    start = next((i for i, line in enumerate(lines) if re.match(r"^%s\s*:" % var, line)), None)
+    if start is None:
+        return None, None
+    end = start + 1
+    while end < len(lines) and lines[end][:1] in (" ", "\t"):
+        end += 1
+    return start, end
+
+
+def _read_back(text):
+    """vault.yml's text as the edit would leave it, read as the checks compare it."""
+    import yaml
+
+    try:
+        return yaml.load(text, Loader=_loader()) or {}
+    except yaml.YAMLError as exc:
+        return {"<unreadable>": str(exc)}
+
+
 def _write_clients(inventory_dir, vault_path, text, data, clients):
     """vault.yml with its client block replaced by `clients` ({name: ciphertext}), every
     other line as it was; checked by reading it back before it replaces the file."""
-    import yaml
-
     lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if re.match(r"^%s\s*:" % CLIENTS_VAR, line)), None)
+    start, end = _block_span(lines, CLIENTS_VAR)
     block = _block(clients)
     if start is None:
         while lines and not lines[-1].strip():
@@ -274,15 +294,9 @@ def _write_clients(inventory_dir, vault_path, text, data, clients):
             '# accepts each and sends the workers the fleet key in its place (docs/gateway.md "Client keys").',
         ] + block
     else:
-        end = start + 1
-        while end < len(lines) and lines[end][:1] in (" ", "\t"):
-            end += 1
         lines[start:end] = block
     new_text = "\n".join(lines) + "\n"
-    try:
-        after = yaml.load(new_text, Loader=_loader()) or {}
-    except yaml.YAMLError as exc:
-        after = {"<unreadable>": str(exc)}
+    after = _read_back(new_text)
     expected = dict(data, **{CLIENTS_VAR: dict(clients)})
     if after != expected or sorted(after.get(CLIENTS_VAR) or {}) != sorted(clients):
         raise Refused(
@@ -431,34 +445,19 @@ def _write_fleet_keys(vault_path, text, data, current, previous):
     """vault.yml with the fleet key's block holding `current` (ciphertext) and the previous
     key's block `previous` (ciphertext, or None: no block), every other line as it was;
     checked by reading it back before it replaces the file."""
-    import yaml
-
     lines = text.splitlines()
-
-    def block(var):
-        start = next((i for i, line in enumerate(lines) if re.match(r"^%s\s*:" % var, line)), None)
-        if start is None:
-            return None, None
-        end = start + 1
-        while end < len(lines) and lines[end][:1] in (" ", "\t"):
-            end += 1
+    start, end = _block_span(lines, PREVIOUS_VAR)
+    if start is not None:
         if start > 0 and lines[start - 1] == _PREVIOUS_COMMENT:
             start -= 1
-        return start, end
-
-    start, end = block(PREVIOUS_VAR)
-    if start is not None:
         del lines[start:end]
-    start, end = block(KEY_VAR)
+    start, end = _block_span(lines, KEY_VAR)
     new = _vault_lines(KEY_VAR, current)
     if previous is not None:
         new += [_PREVIOUS_COMMENT] + _vault_lines(PREVIOUS_VAR, previous)
     lines[start:end] = new
     new_text = "\n".join(lines) + "\n"
-    try:
-        after = yaml.load(new_text, Loader=_loader()) or {}
-    except yaml.YAMLError as exc:
-        after = {"<unreadable>": str(exc)}
+    after = _read_back(new_text)
     expected = {k: v for k, v in data.items() if k != PREVIOUS_VAR}
     expected[KEY_VAR] = current
     if previous is not None:

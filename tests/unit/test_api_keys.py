@@ -110,13 +110,13 @@ def test_add_rotate_revoke_list_each_value_encrypted_the_rest_untouched(inv):
     assert outside_block(text_of(inv)) == before.splitlines()
 
 
-def test_ansible_reads_each_key_and_the_role_s_filter_maps_them(inv, tmp_path):
-    a = vault.add_client_key(str(inv), "team-a")
-    b = vault.add_client_key(str(inv), "team-b")
+def map_through_ansible(inv, out, expr):
+    """`expr` (the role's map expression over the vault's variables) written to `out` by
+    Ansible's copy module, the vault opened with the inventory's password: the map's entries,
+    and Ansible's output (which must hold no key)."""
     (inv / "hosts.yml").write_text("all:\n  hosts:\n    h1:\n      ansible_connection: local\n")
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
     env["ANSIBLE_VAULT_PASSWORD_FILE"] = str(inv / ".vault-password")
-    out = tmp_path / "clients.map"
     proc = subprocess.run(
         [
             str(ROOT / ".venv/bin/ansible"),
@@ -128,14 +128,21 @@ def test_ansible_reads_each_key_and_the_role_s_filter_maps_them(inv, tmp_path):
             "-m",
             "ansible.builtin.copy",
             "-a",
-            "content={{ vault_kunlun_client_keys | gateway_client_map(vault_kunlun_api_key) }} dest=%s mode=0600" % out,
+            "content={{ %s }} dest=%s mode=0600" % (expr, out),
         ],
         env=env,
         capture_output=True,
         text=True,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    entries = [line.split() for line in out.read_text().splitlines() if line[:1] != "#"]
+    return [line.split() for line in out.read_text().splitlines() if line[:1] != "#"], proc.stdout + proc.stderr
+
+
+def test_ansible_reads_each_key_and_the_role_s_filter_maps_them(inv, tmp_path):
+    a = vault.add_client_key(str(inv), "team-a")
+    b = vault.add_client_key(str(inv), "team-b")
+    expr = "vault_kunlun_client_keys | gateway_client_map(vault_kunlun_api_key)"
+    entries, _ = map_through_ansible(inv, tmp_path / "clients.map", expr)
     assert entries == [[vault.read_api_key(str(inv)), "fleet"], [a, "team-a"], [b, "team-b"]]
 
 
@@ -412,7 +419,7 @@ def test_the_fleet_key_rotated_the_old_one_kept_until_finish_the_rest_untouched(
     assert vault.client_names(str(inv)) == ["team-a", "team-b"]
     with pytest.raises(vault.Refused, match="no rotation of the fleet key runs"):
         vault.finish_fleet_key(str(inv))
-    # Ansible reads the vault as written (its own loader, the password): both steps.
+    # The file stays private through both steps (Ansible reading it: the map test below).
     assert os.stat(inv / "group_vars/all/vault.yml").st_mode & 0o777 == 0o600
 
 
@@ -420,32 +427,10 @@ def test_the_role_s_map_accepts_both_fleet_keys_while_a_rotation_runs(inv, tmp_p
     a = vault.add_client_key(str(inv), "team-a")
     old = vault.read_api_key(str(inv))
     new = vault.rotate_fleet_key(str(inv))
-    (inv / "hosts.yml").write_text("all:\n  hosts:\n    h1:\n      ansible_connection: local\n")
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
-    env["ANSIBLE_VAULT_PASSWORD_FILE"] = str(inv / ".vault-password")
-    out = tmp_path / "clients.map"
     expr = "vault_kunlun_client_keys | gateway_client_map(vault_kunlun_api_key, vault_kunlun_api_key_previous)"
-    proc = subprocess.run(
-        [
-            str(ROOT / ".venv/bin/ansible"),
-            "-i",
-            str(inv),
-            "h1",
-            "-e",
-            "ansible_python_interpreter=%s" % sys.executable,
-            "-m",
-            "ansible.builtin.copy",
-            "-a",
-            "content={{ %s }} dest=%s mode=0600" % (expr, out),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    entries = [line.split() for line in out.read_text().splitlines() if line[:1] != "#"]
+    entries, output = map_through_ansible(inv, tmp_path / "clients.map", expr)
     assert entries == [[new, "fleet"], [old, "fleet"], [a, "team-a"]]
-    assert not any(k in proc.stdout + proc.stderr for k in (a, old, new))
+    assert not any(k in output for k in (a, old, new))
 
 
 def test_the_cli_rotates_the_fleet_key_in_two_steps_printing_the_new_key_once(checkout):
